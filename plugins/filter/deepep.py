@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""Pure filters: CUDA arch strings and GPU-to-NIC mapping strings. No I/O."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
+    ArchError,
+    cmake_cuda_architectures,
+    compute_cap_of,
+    torch_cuda_arch_list,
+)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
+    deepep_mapping_string,
+    nvshmem_hca_list,
+)
+
+
+def _arch(function, values):
+    try:
+        return function(values)
+    except ArchError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def compute_cap(value):
+    return _arch(compute_cap_of, value)
+
+
+def torch_arch_list(values):
+    return _arch(torch_cuda_arch_list, values)
+
+
+def cmake_arch(values):
+    return _arch(cmake_cuda_architectures, values)
+
+
+def _check_mapping(mapping):
+    if not isinstance(mapping, list) or not all(
+            isinstance(entry, dict) and {"gpu", "hca", "port"} <= set(entry) for entry in mapping):
+        raise AnsibleFilterError(
+            "expected a list of {gpu, hca, port} entries (gpu_nic_topology_info's mapping), got %r" % (mapping,))
+    return mapping
+
+
+def deepep_hca_mapping(mapping):
+    return deepep_mapping_string(_check_mapping(mapping))
+
+
+def nvshmem_hca_list_filter(mapping):
+    return nvshmem_hca_list(_check_mapping(mapping))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "compute_cap": compute_cap,
+            "torch_arch_list": torch_arch_list,
+            "cmake_arch": cmake_arch,
+            "deepep_hca_mapping": deepep_hca_mapping,
+            "nvshmem_hca_list": nvshmem_hca_list_filter,
+        }

@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cuda_toolkit_info
+short_description: Find the CUDA toolkit and its release
+version_added: "0.1.0"
+description:
+  - Looks for C(nvcc) under O(cuda_home) and then on C(PATH), runs C(nvcc --version) and reports the
+    release (C(13.0)), the full version from C(version.json) when present, and whether the CUDA 13
+    CCCL include directory (C(include/cccl)) exists, which DeepEP V1 needs on C(CPATH).
+  - Read-only; never reports a change.
+author:
+  - moe_infra maintainers
+options:
+  cuda_home:
+    description:
+      - CUDA installation to look at first.
+    type: path
+    default: /usr/local/cuda
+extends_documentation_fragment:
+  - moe_infra.deepep.info_module
+"""
+
+EXAMPLES = r"""
+- name: Find CUDA
+  moe_infra.deepep.cuda_toolkit_info:
+  register: cuda
+
+- name: Show the release
+  ansible.builtin.debug:
+    msg: "CUDA {{ cuda.release | default('absent', true) }} at {{ cuda.cuda_home }}"
+"""
+
+RETURN = r"""
+found:
+  description: Whether an nvcc that runs was found.
+  returned: always
+  type: bool
+nvcc:
+  description: Path of the nvcc that was run.
+  returned: always
+  type: str
+  sample: /usr/local/cuda/bin/nvcc
+cuda_home:
+  description: Toolkit root the nvcc belongs to (the parent of its C(bin) directory).
+  returned: always
+  type: str
+release:
+  description: Release as C(major.minor) from C(nvcc --version).
+  returned: always
+  type: str
+  sample: "13.0"
+major:
+  description: Major release, for C(cu12)/C(cu13) package names.
+  returned: always
+  type: int
+  sample: 13
+full_version:
+  description: Full version from C(version.json); null when that file is absent.
+  returned: always
+  type: str
+  sample: "13.0.2"
+cccl_include_dir:
+  description: C(<cuda_home>/include/cccl) when it exists (CUDA 13), else null.
+  returned: always
+  type: str
+"""
+
+import json
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def parse_nvcc_release(output):
+    """'Cuda compilation tools, release 13.0, V13.0.88' -> '13.0'."""
+    match = RELEASE_RE.search(output or "")
+    return "%s.%s" % match.groups() if match else None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(cuda_home=dict(type="path", default="/usr/local/cuda")),
+        supports_check_mode=True,
+    )
+    candidate = os.path.join(module.params["cuda_home"], "bin", "nvcc")
+    nvcc = candidate if os.access(candidate, os.X_OK) else module.get_bin_path("nvcc")
+    release = None
+    if nvcc:
+        rc, out, dummy = module.run_command([nvcc, "--version"], environ_update={"LC_ALL": "C"})
+        release = parse_nvcc_release(out) if rc == 0 else None
+    found = release is not None
+    cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if found else None
+    full_version = None
+    cccl = None
+    if cuda_home:
+        try:
+            with open(os.path.join(cuda_home, "version.json")) as handle:
+                full_version = json.load(handle).get("cuda", {}).get("version")
+        except (OSError, IOError, ValueError):
+            full_version = None
+        if os.path.isdir(os.path.join(cuda_home, "include", "cccl")):
+            cccl = os.path.join(cuda_home, "include", "cccl")
+    module.exit_json(
+        changed=False,
+        found=found,
+        nvcc=nvcc if found else None,
+        cuda_home=cuda_home,
+        release=release,
+        major=int(release.split(".")[0]) if release else None,
+        full_version=full_version,
+        cccl_include_dir=cccl,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_driver_params
+short_description: Compare live and configured NVIDIA driver settings; write the one conf file that sets them
+version_added: "0.1.0"
+description:
+  - Reads the settings the loaded NVIDIA driver runs with from C(<procfs_root>/driver/nvidia/params)
+    (the C(RegistryDwords) string, e.g. C(RegistryDwords: "PeerMappingOverride=1;"), and the older
+    C(PeerMappingOverride: 1) line form; hex or decimal values) and the C(options nvidia ...) lines of
+    C(<modprobe_dir>/*.conf) in the order modprobe reads them.
+  - Compares both with the desired registry dwords (e.g. C(PeerMappingOverride=1)) and module parameters
+    (e.g. C(EnableStreamMemOPs=1)) and reports whether they are live, configured, which ones differ and
+    whether a reboot (driver reload) is required to make the configuration live.
+  - With O(state=present) it writes one conf file idempotently (one C(options nvidia) line, no duplicates,
+    atomic write, diff support, nothing written in check mode). Registry dwords that other files set are
+    carried into it so they are not lost. It fails, writing nothing, when a file read later would override
+    the desired values.
+  - It never reloads the driver, refreshes the initramfs or reboots; the C(nvidia_peermapping) role does
+    that from the returned C(reboot_required) and C(changed).
+author:
+  - moe_infra maintainers
+options:
+  procfs_root:
+    description:
+      - Root of the procfs tree. Tests point it at a fixture tree.
+    type: path
+    default: /proc
+  modprobe_dir:
+    description:
+      - Directory of modprobe configuration files.
+    type: path
+    default: /etc/modprobe.d
+  conf_name:
+    description:
+      - Name of the file under O(modprobe_dir) this module owns.
+    type: str
+    default: nvidia-deepep.conf
+  registry_dwords:
+    description:
+      - Desired registry dwords (C(NVreg_RegistryDwords)), name to integer value.
+    type: dict
+    default: {}
+  module_params:
+    description:
+      - Desired module parameters, without the C(NVreg_) prefix, name to integer value.
+    type: dict
+    default: {}
+  state:
+    description:
+      - C(query) only reports. C(present) writes the conf file with the desired settings.
+        C(absent) removes the conf file.
+    type: str
+    choices: [query, present, absent]
+    default: query
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+notes:
+  - The driver applies C(/etc/modprobe.d) when it loads; when it is loaded from the initramfs the initramfs
+    must be refreshed first.
+seealso:
+  - name: NVIDIA GPUDirect RDMA and dma-buf
+    description: Why IBGDA needs C(PeerMappingOverride=1).
+    link: https://docs.nvidia.com/cuda/gpudirect-rdma/
+"""
+
+EXAMPLES = r"""
+- name: Report whether PeerMappingOverride is live
+  moe_infra.deepep.nvidia_driver_params:
+    registry_dwords:
+      PeerMappingOverride: 1
+  register: params
+
+- name: Configure PeerMappingOverride and stream memory operations
+  moe_infra.deepep.nvidia_driver_params:
+    registry_dwords:
+      PeerMappingOverride: 1
+    module_params:
+      EnableStreamMemOPs: 1
+    state: present
+  register: params
+
+- name: Tell whether the node must reboot
+  ansible.builtin.debug:
+    var: params.reboot_required
+"""
+
+RETURN = r"""
+driver_loaded:
+  description: Whether C(<procfs_root>/driver/nvidia/params) exists.
+  returned: always
+  type: bool
+params_file:
+  description: The params file read.
+  returned: always
+  type: str
+registry_dwords_live:
+  description: The live C(RegistryDwords) string; null when the driver is not loaded.
+  returned: always
+  type: str
+  sample: "PeerMappingOverride=1;"
+settings:
+  description: One entry per desired setting.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Registry key or module parameter name.
+      type: str
+    kind:
+      description: C(registry_dword) or C(module_param).
+      type: str
+    desired:
+      description: Desired value.
+      type: int
+    live:
+      description: Value the loaded driver runs with; null when not loaded or not shown.
+      type: int
+    configured:
+      description: Value the modprobe configuration gives after this run; null when unset.
+      type: int
+    configured_in:
+      description: File the configured value comes from.
+      type: str
+live:
+  description: Whether every desired setting is live; null when the driver is not loaded.
+  returned: always
+  type: bool
+configured:
+  description: Whether every desired setting is configured after this run (or would be, in check mode).
+  returned: always
+  type: bool
+mismatched:
+  description: Names of settings whose live or configured value differs from the desired one.
+  returned: always
+  type: list
+  elements: str
+reboot_required:
+  description: Whether the configuration differs from what the loaded driver runs with, so a reboot
+    (driver reload) is needed for it to take effect.
+  returned: always
+  type: bool
+conf_file:
+  description: Path of the file this module owns.
+  returned: always
+  type: str
+msg:
+  description: Summary.
+  returned: always
+  type: str
+"""
+
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+    effective_options,
+    live_registry_value,
+    parse_int,
+    parse_params,
+    parse_registry_dwords,
+    read_modprobe_options,
+    render_conf,
+)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import read_attr
+
+HEADER = "# Managed by moe_infra.deepep.nvidia_driver_params. Local edits are overwritten."
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def desired_values(module, option):
+    values = {}
+    for name, value in module.params[option].items():
+        if option == "module_params" and name.startswith("NVreg_"):
+            name = name[len("NVreg_"):]
+        number = parse_int(value) if not isinstance(value, bool) else None
+        if not NAME_RE.match(name) or number is None or number < 0:
+            module.fail_json(msg="%s: %s=%r is not a setting name with a non-negative integer value "
+                                 "(e.g. PeerMappingOverride: 1)" % (option, name, value))
+        if option == "module_params" and name == "RegistryDwords":
+            module.fail_json(msg="module_params: set RegistryDwords through registry_dwords, not module_params")
+        values[name] = number
+    return values
+
+
+def configured_value(options, kind, name):
+    """(value, file) the modprobe configuration gives a setting, or (None, None)."""
+    if kind == "registry_dword":
+        value, path = options.get("NVreg_RegistryDwords", (None, None))
+        dwords = parse_registry_dwords(value)
+        return (dwords.get(name), path) if name in dwords else (None, None)
+    value, path = options.get("NVreg_" + name, (None, None))
+    return (parse_int(value), path) if value is not None else (None, None)
+
+
+def planned_settings(modprobe_dir, conf_path, new_content):
+    """modprobe options as they will be once conf_path holds new_content (None: removed)."""
+    settings = [entry for entry in read_modprobe_options(modprobe_dir) if entry[0] != conf_path]
+    if new_content is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            with open(os.path.join(scratch, os.path.basename(conf_path)), "w") as handle:
+                handle.write(new_content)
+            ours = [(conf_path, name, value) for _, name, value in read_modprobe_options(scratch)]
+        settings.extend(ours)
+        settings.sort(key=lambda entry: os.path.basename(entry[0]))
+    return settings
+
+
+def read_text(path):
+    """Exact content of a file, None when it does not exist."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, "r") as handle:
+        return handle.read()
+
+
+def write_atomic(module, path, content):
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(content)
+        os.chmod(tmp, 0o644)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            procfs_root=dict(type="path", default="/proc"),
+            modprobe_dir=dict(type="path", default="/etc/modprobe.d"),
+            conf_name=dict(type="str", default="nvidia-deepep.conf"),
+            registry_dwords=dict(type="dict", default={}),
+            module_params=dict(type="dict", default={}),
+            state=dict(type="str", default="query", choices=["query", "present", "absent"]),
+        ),
+        supports_check_mode=True,
+    )
+    state = module.params["state"]
+    modprobe_dir = module.params["modprobe_dir"]
+    conf_name = module.params["conf_name"]
+    if "/" in conf_name or not conf_name.endswith(".conf"):
+        module.fail_json(msg="conf_name: %r must be a file name ending in .conf (modprobe ignores other files)"
+                             % conf_name)
+    conf_path = os.path.join(modprobe_dir, conf_name)
+    dwords = desired_values(module, "registry_dwords")
+    mparams = desired_values(module, "module_params")
+    if state == "present" and not (dwords or mparams):
+        module.fail_json(msg="state=present needs registry_dwords or module_params, "
+                             "e.g. registry_dwords: {PeerMappingOverride: 1}")
+
+    before = read_text(conf_path)
+    current = effective_options(read_modprobe_options(modprobe_dir))
+    new_content = before
+    notes = []
+    if state == "present":
+        merged = {}
+        foreign_value, foreign_file = current.get("NVreg_RegistryDwords", (None, None))
+        if foreign_file and foreign_file != conf_path:
+            merged.update(parse_registry_dwords(foreign_value))
+            notes.append("%s also sets NVreg_RegistryDwords; its other keys are kept in %s"
+                         % (foreign_file, conf_path))
+        merged.update(dwords)
+        new_content = render_conf(merged, mparams, HEADER)
+    elif state == "absent":
+        new_content = None
+    planned = effective_options(planned_settings(modprobe_dir, conf_path, new_content))
+
+    params_file = os.path.join(module.params["procfs_root"], "driver", "nvidia", "params")
+    params_text = read_attr(params_file)
+    driver_loaded = params_text is not None
+    params, live_dwords = parse_params(params_text)
+
+    settings, mismatched = [], []
+    desired = [("registry_dword", k, v) for k, v in dwords.items()]
+    desired += [("module_param", k, v) for k, v in mparams.items()]
+    for kind, name, value in desired:
+        if not driver_loaded:
+            live = None
+        elif kind == "registry_dword":
+            live = live_registry_value(params, live_dwords, name)
+        else:
+            live = parse_int(params.get(name))
+        configured, configured_in = configured_value(planned, kind, name)
+        settings.append(dict(name=name, kind=kind, desired=value, live=live,
+                             configured=configured, configured_in=configured_in))
+        if (driver_loaded and live != value) or configured != value:
+            mismatched.append(name)
+
+    if state == "present":
+        overridden = [s for s in settings if s["configured"] != s["desired"]]
+        if overridden:
+            module.fail_json(
+                msg="a file modprobe reads after %s overrides %s; remove the setting from that file or rename %s"
+                    % (conf_path, ", ".join("%s (%s in %s)" % (s["name"], s["configured"], s["configured_in"])
+                                            for s in overridden), conf_name),
+                settings=settings)
+
+    changed = new_content != before
+    if changed and not module.check_mode:
+        if new_content is None:
+            os.unlink(conf_path)
+        else:
+            if not os.path.isdir(modprobe_dir):
+                os.makedirs(modprobe_dir, 0o755)
+            write_atomic(module, conf_path, new_content)
+
+    all_live = all(s["live"] == s["desired"] for s in settings) if driver_loaded else None
+    all_configured = all(s["configured"] == s["desired"] for s in settings)
+    reboot_required = bool(driver_loaded and settings and any(
+        s["configured"] != s["live"] and s["configured"] == s["desired"] for s in settings))
+    if not settings:
+        msg = "no desired settings given: reported the live RegistryDwords only"
+    elif not driver_loaded:
+        msg = "NVIDIA driver not loaded (%s absent): settings apply when it loads" % params_file
+    elif all_live:
+        msg = "all desired settings are live"
+    elif reboot_required:
+        msg = "configured but not live: %s; reboot (or reload the nvidia module) to apply" % ", ".join(
+            s["name"] for s in settings if s["live"] != s["desired"])
+    else:
+        msg = "not configured and not live: %s" % ", ".join(mismatched)
+    result = dict(
+        changed=changed,
+        driver_loaded=driver_loaded,
+        params_file=params_file,
+        registry_dwords_live=params.get("RegistryDwords", "").strip('"') if driver_loaded else None,
+        settings=settings,
+        live=all_live,
+        configured=all_configured,
+        mismatched=mismatched,
+        reboot_required=reboot_required,
+        conf_file=conf_path,
+        msg=msg,
+        notes=notes,
+    )
+    if module._diff and changed:
+        result["diff"] = dict(before=before or "", after=new_content or "",
+                              before_header=conf_path, after_header=conf_path)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

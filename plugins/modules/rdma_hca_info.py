@@ -1,0 +1,182 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: rdma_hca_info
+short_description: Discover RDMA HCAs, their ports and GID tables from sysfs
+version_added: "0.1.0"
+description:
+  - Reads every device under C(<sysfs_root>/class/infiniband) and reports its name, name family,
+    PCI address, NUMA node, netdevs and, per port, state, physical state, link layer, rate and the
+    RoCE v2 IPv4-mapped GID index that C(NVSHMEM_IB_GID_INDEX) needs.
+  - Also reports the common HCA name prefix for C(NVSHMEM_HCA_PREFIX), the installed MLNX_OFED/DOCA-OFED
+    version (C(ofed_info -s)) and whether the rdma-core headers declare
+    C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT), which IBGDA builds need.
+  - Read-only; never reports a change.
+author:
+  - moe_infra maintainers
+options:
+  sysfs_root:
+    description:
+      - Root of the sysfs tree to read. Tests point it at a fixture tree laid out like the kernel's.
+    type: path
+    default: /sys
+  include_dirs:
+    description:
+      - Include directories searched, in order, for C(infiniband/mlx5_api.h).
+    type: list
+    elements: path
+    default: [/usr/include]
+extends_documentation_fragment:
+  - moe_infra.deepep.info_module
+notes:
+  - A GID slot whose type attribute cannot be read (the kernel returns EINVAL for empty slots) is skipped.
+seealso:
+  - module: moe_infra.deepep.gpu_nic_topology_info
+"""
+
+EXAMPLES = r"""
+- name: Discover RDMA HCAs
+  moe_infra.deepep.rdma_hca_info:
+  register: rdma
+
+- name: Show the NVSHMEM HCA prefix and RoCE GID index of the first HCA
+  ansible.builtin.debug:
+    msg: "{{ rdma.hca_prefix }} / {{ rdma.hcas[0].ports[0].roce_v2_ipv4_gid_index }}"
+  when: rdma.hcas | length > 0
+"""
+
+RETURN = r"""
+hcas:
+  description: Every RDMA device, in natural name order (mlx5_2 before mlx5_10).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Device name under C(/sys/class/infiniband).
+      type: str
+      sample: mlx5_0
+    family:
+      description: Name family, C(mlx5), C(rocep) (rdma-core PCI naming, as on GCP B200 before DOCA) or C(other).
+      type: str
+      sample: mlx5
+    pci_address:
+      description: PCI address of the HCA (4-digit domain, lower case).
+      type: str
+      sample: "0000:1b:00.0"
+    numa_node:
+      description: NUMA node of the PCI device (-1 when the platform does not say).
+      type: int
+      sample: 0
+    netdevs:
+      description: Network interfaces of the PCI device.
+      type: list
+      elements: str
+      sample: [ens1f0np0]
+    virtual_function:
+      description: Whether the device is an SR-IOV virtual function (IBGDA needs physical functions).
+      type: bool
+    fw_ver:
+      description: Firmware version.
+      type: str
+    board_id:
+      description: Board id.
+      type: str
+    node_type:
+      description: Node type as sysfs prints it.
+      type: str
+    ports:
+      description: Ports in number order.
+      type: list
+      elements: dict
+      contains:
+        port:
+          description: Port number.
+          type: int
+        state:
+          description: Logical state (C(ACTIVE), C(DOWN), C(INIT), ...).
+          type: str
+        phys_state:
+          description: Physical state (C(LinkUp), C(Disabled), ...).
+          type: str
+        link_layer:
+          description: C(InfiniBand) or C(Ethernet) (RoCE).
+          type: str
+        rate:
+          description: Rate as sysfs prints it.
+          type: str
+          sample: 400 Gb/sec (4X NDR)
+        roce_v2_ipv4_gid_index:
+          description: Lowest GID index of type RoCE v2 holding an IPv4-mapped address; null on InfiniBand or when none.
+          type: int
+          sample: 3
+        gids:
+          description: Non-empty GID entries with index, gid, type and netdev.
+          type: list
+          elements: dict
+hca_prefix:
+  description: Name prefix shared by the HCAs that have an ACTIVE port, for C(NVSHMEM_HCA_PREFIX); null when none.
+  returned: always
+  type: str
+  sample: rocep
+ofed_version:
+  description: First line of C(ofed_info -s) without the trailing colon; null when C(ofed_info) is absent.
+  returned: always
+  type: str
+  sample: OFED-internal-25.01-0.6.0
+mlx5_api_header:
+  description: Path of the C(infiniband/mlx5_api.h) that was read; null when none was found.
+  returned: always
+  type: str
+dmabuf_data_direct:
+  description: Whether that header declares C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT).
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
+    discover_hcas,
+    hca_prefix,
+    header_has_dmabuf_data_direct,
+    parse_ofed_info,
+)
+
+
+def ofed_version(module):
+    ofed_info = module.get_bin_path("ofed_info")
+    if not ofed_info:
+        return None
+    rc, out, dummy = module.run_command([ofed_info, "-s"], environ_update={"LC_ALL": "C"})
+    return parse_ofed_info(out) if rc == 0 else None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            sysfs_root=dict(type="path", default="/sys"),
+            include_dirs=dict(type="list", elements="path", default=["/usr/include"]),
+        ),
+        supports_check_mode=True,
+    )
+    hcas = discover_hcas(module.params["sysfs_root"])
+    header, has_symbol = header_has_dmabuf_data_direct(module.params["include_dirs"])
+    module.exit_json(
+        changed=False,
+        hcas=hcas,
+        hca_prefix=hca_prefix(hcas),
+        ofed_version=ofed_version(module),
+        mlx5_api_header=header,
+        dmabuf_data_direct=has_symbol,
+    )
+
+
+if __name__ == "__main__":
+    main()
