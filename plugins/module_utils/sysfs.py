@@ -55,8 +55,7 @@ def normalize_pci_address(address):
     address = address.strip().lower()
     parts = address.split(":")
     if len(parts) == 3:
-        domain = parts[0][-4:] if int(parts[0], 16) <= 0xFFFF else parts[0]
-        return "%s:%s:%s" % (domain.rjust(4, "0"), parts[1], parts[2])
+        return "%04x:%s:%s" % (int(parts[0], 16), parts[1], parts[2])
     if len(parts) == 2:
         return "0000:%s:%s" % (parts[0], parts[1])
     return address

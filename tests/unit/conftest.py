@@ -43,8 +43,10 @@ def fake_bin(tmp_path, monkeypatch):
     def make(name, stdout="", rc=0, stderr=""):
         path = bin_dir / name
         out_file = bin_dir / (name + ".stdout")
+        err_file = bin_dir / (name + ".stderr")
         out_file.write_text(stdout)
-        path.write_text("#!/bin/sh\ncat '%s'\nprintf '%%s' '%s' >&2\nexit %d\n" % (out_file, stderr, rc))
+        err_file.write_text(stderr)
+        path.write_text("#!/bin/sh\ncat '%s'\ncat '%s' >&2\nexit %d\n" % (out_file, err_file, rc))
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
         return str(path)
 

@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.filter.deepep import FilterModule
+
+F = FilterModule().filters()
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("9.0", "9.0"), (9.0, "9.0"), ("10.0", "10.0"), ("NVIDIA H200", "9.0"), ("NVIDIA H100 80GB HBM3", "9.0"),
+    ("NVIDIA B200", "10.0"), ("NVIDIA GB200", "10.0"), ("NVIDIA A100-SXM4-80GB", "8.0"), ("NVIDIA L40S", "8.9"),
+])
+def test_compute_cap(value, expected):
+    assert F["compute_cap"](value) == expected
+
+
+@pytest.mark.parametrize("value", ["10", "sm90", "90", "NVIDIA Quadro Unknown", ""])
+def test_compute_cap_rejects_non_arch(value):
+    with pytest.raises(AnsibleFilterError, match="compute capability"):
+        F["compute_cap"](value)
+
+
+def test_arch_lists_sorted_unique():
+    assert F["torch_arch_list"](["NVIDIA B200", "9.0", "NVIDIA H200"]) == "9.0;10.0"
+    assert F["cmake_arch"](["NVIDIA B200", "9.0", "NVIDIA H200"]) == "90;100"
+    assert F["torch_arch_list"]("9.0") == "9.0"
+    assert F["cmake_arch"](["8.0"]) == "80"
+
+
+MAPPING = [{"gpu": 0, "hca": "mlx5_0", "port": 1, "distance": "PIX"},
+           {"gpu": 1, "hca": "mlx5_0", "port": 1, "distance": "PIX"},
+           {"gpu": 2, "hca": "mlx5_2", "port": 2, "distance": "PXB"}]
+
+
+def test_mapping_strings():
+    assert F["deepep_hca_mapping"](MAPPING) == "0:mlx5_0:1,1:mlx5_0:1,2:mlx5_2:2"
+    assert F["nvshmem_hca_list"](MAPPING) == "mlx5_0:1,mlx5_2:2"
+    assert F["deepep_hca_mapping"]([]) == ""
+
+
+@pytest.mark.parametrize("bad", ["0:mlx5_0:1", [{"gpu": 0, "hca": "mlx5_0"}], None])
+def test_mapping_filters_reject_malformed_input(bad):
+    with pytest.raises(AnsibleFilterError, match="gpu, hca, port"):
+        F["deepep_hca_mapping"](bad)
