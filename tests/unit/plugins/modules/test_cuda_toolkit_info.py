@@ -20,7 +20,7 @@ def make_cuda_home(tmp_path, cccl=True):
     nvcc = home / "bin" / "nvcc"
     out = tmp_path / "nvcc.out"
     out.write_text(NVCC_13)
-    nvcc.write_text("#!/bin/sh\ncat '%s'\n" % out)
+    nvcc.write_text("#!/bin/sh\nexec /bin/cat '%s'\n" % out)
     nvcc.chmod(0o755)
     (home / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": "13.0.2"}}))
     if cccl:
