@@ -13,6 +13,10 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import 
     compute_cap_of,
     torch_cuda_arch_list,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import (
+    layer_plan,
+    report_lines,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
     deepep_mapping_string,
     nvshmem_hca_list,
@@ -54,6 +58,25 @@ def nvshmem_hca_list_filter(mapping):
     return nvshmem_hca_list(_check_mapping(mapping))
 
 
+NODE_KEYS = ("gpu", "rdma", "topology", "driver_params", "cuda")
+
+
+def _check_node(node):
+    if not isinstance(node, dict) or not all(key in node for key in NODE_KEYS):
+        raise AnsibleFilterError("expected a dict with the discovery results %s (the preflight role's "
+                                 "preflight_node), got keys %r" % (", ".join(NODE_KEYS), sorted(node or {})))
+    return node
+
+
+def deepep_layer_plan(node):
+    return layer_plan(_check_node(node))
+
+
+def deepep_node_report(node, plan=None):
+    node = _check_node(node)
+    return report_lines(node, plan if plan is not None else layer_plan(node))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -62,4 +85,6 @@ class FilterModule(object):
             "cmake_arch": cmake_arch,
             "deepep_hca_mapping": deepep_hca_mapping,
             "nvshmem_hca_list": nvshmem_hca_list_filter,
+            "deepep_layer_plan": deepep_layer_plan,
+            "deepep_node_report": deepep_node_report,
         }

@@ -11,10 +11,11 @@ module: nvidia_driver_params
 short_description: Compare live and configured NVIDIA driver settings; write the one conf file that sets them
 version_added: "0.1.0"
 description:
-  - Reads the settings the loaded NVIDIA driver runs with from C(<procfs_root>/driver/nvidia/params)
-    (the C(RegistryDwords) string, e.g. C(RegistryDwords: "PeerMappingOverride=1;"), and the older
-    C(PeerMappingOverride: 1) line form; hex or decimal values) and the C(options nvidia ...) lines of
-    C(<modprobe_dir>/*.conf) in the order modprobe reads them.
+  - >-
+    Reads the settings the loaded NVIDIA driver runs with from C(<procfs_root>/driver/nvidia/params)
+    (the C(RegistryDwords: "PeerMappingOverride=1;") line, and the older C(PeerMappingOverride: 1) line form;
+    hex or decimal values) and the C(options nvidia ...) lines of C(<modprobe_dir>/*.conf) in the order
+    modprobe reads them.
   - Compares both with the desired registry dwords (e.g. C(PeerMappingOverride=1)) and module parameters
     (e.g. C(EnableStreamMemOPs=1)) and reports whether they are live, configured, which ones differ and
     whether a reboot (driver reload) is required to make the configuration live.

@@ -1,0 +1,125 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""What each layer of the stack would do on a node, from discovery results alone (pure)."""
+
+from __future__ import annotations
+
+LAYERS = ("doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep")
+
+# ok: nothing to do; change: the layer would change the node; reboot: it would change it and need a
+# reboot; skip: does not apply here; blocked: cannot run until something missing is there.
+STATUSES = ("ok", "change", "reboot", "skip", "blocked")
+
+
+def _entry(layer, status, found, action):
+    return {"layer": layer, "status": status, "found": found, "action": action}
+
+
+def _hca_summary(hcas):
+    active = [h for h in hcas if any(p["state"] == "ACTIVE" for p in h["ports"])]
+    families = sorted(set(h["family"] for h in hcas))
+    return "%d HCAs (%s), %d with an ACTIVE port" % (len(hcas), "/".join(families), len(active))
+
+
+def plan_doca_ofed(rdma):
+    hcas = rdma["hcas"]
+    if not hcas:
+        return _entry("doca_ofed", "skip", "no RDMA HCA under /sys/class/infiniband", "nothing: no Mellanox HCA")
+    found = "%s; OFED %s; %s %s MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT" % (
+        _hca_summary(hcas), rdma.get("ofed_version") or "not installed",
+        rdma.get("mlx5_api_header") or "no infiniband/mlx5_api.h",
+        "declares" if rdma.get("dmabuf_data_direct") else "lacks")
+    reasons = []
+    if any(h["family"] == "rocep" for h in hcas):
+        reasons.append("rocep* names (KF01)")
+    if not rdma.get("dmabuf_data_direct"):
+        reasons.append("rdma-core headers lack the IBGDA dma-buf symbol (KF19)")
+    if reasons:
+        return _entry("doca_ofed", "reboot", found, "install DOCA-OFED and reboot: %s" % "; ".join(reasons))
+    return _entry("doca_ofed", "ok", found, "nothing: mlx5 names and IBGDA-capable rdma-core")
+
+
+def plan_cuda(cuda):
+    if not cuda.get("found"):
+        return _entry("cuda", "change", "no nvcc under /usr/local/cuda or on PATH",
+                      "install the pinned CUDA toolkit and link /usr/local/cuda (KF09)")
+    return _entry("cuda", "ok", "CUDA %s at %s" % (cuda["release"], cuda["cuda_home"]),
+                  "nothing if %s is the pinned release" % cuda["release"])
+
+
+def plan_peermapping(gpu, rdma, params):
+    if not gpu["gpus"]:
+        return _entry("nvidia_peermapping", "blocked", "no NVIDIA GPU", "nothing until GPUs are present")
+    found = "RegistryDwords live: %r" % params.get("registry_dwords_live") if params.get("driver_loaded") \
+        else "NVIDIA driver not loaded (no /proc/driver/nvidia/params)"
+    if not rdma["hcas"]:
+        return _entry("nvidia_peermapping", "skip", found,
+                      "not required: no RDMA NIC, so no IBGDA (force it with nvidia_peermapping_required)")
+    if params.get("live"):
+        return _entry("nvidia_peermapping", "ok", found, "nothing: PeerMappingOverride=1 is live")
+    if params.get("reboot_required"):
+        return _entry("nvidia_peermapping", "reboot", found, "configured, not live: refresh initramfs and reboot")
+    return _entry("nvidia_peermapping", "reboot", found,
+                  "write the modprobe.d regkey, refresh initramfs, reboot (KF20/KF23)")
+
+
+def plan_build_layers(gpu, rdma, topology):
+    if not gpu["gpus"]:
+        reason = "no NVIDIA GPU found"
+        return [_entry(layer, "blocked", reason, "nothing until GPUs are present")
+                for layer in ("gdrcopy", "nvshmem_ibgda", "deepep")]
+    arch = gpu.get("torch_cuda_arch_list") or "unknown (set the arch list)"
+    gpus = "%d x %s, arch %s" % (len(gpu["gpus"]), gpu["gpus"][0].get("name") or gpu["gpus"][0]["pci_device_id"],
+                                 arch)
+    if topology.get("mapping"):
+        transport = "IBGDA over %s (%s), mapping %s" % (
+            topology.get("link_layer"), rdma.get("hca_prefix"), topology["deepep_device_to_hca_mapping"])
+    else:
+        transport = "no usable RDMA port: NVLink only, IBGDA variables left out of the env script (KF36)"
+    return [
+        _entry("gdrcopy", "change", gpus, "build the GDRCopy library (kernel module off by default)"),
+        _entry("nvshmem_ibgda", "change", transport, "provide NVSHMEM with IBGDA for arch %s" % arch),
+        _entry("deepep", "change", gpus, "build DeepEP with TORCH_CUDA_ARCH_LIST=%s, then test" % arch),
+    ]
+
+
+def layer_plan(node):
+    """node: {gpu, rdma, topology, driver_params, cuda} as the discovery modules return them."""
+    gpu, rdma = node["gpu"], node["rdma"]
+    plan = [
+        plan_doca_ofed(rdma),
+        plan_cuda(node["cuda"]),
+        plan_peermapping(gpu, rdma, node["driver_params"]),
+    ]
+    plan.extend(plan_build_layers(gpu, rdma, node["topology"]))
+    return plan
+
+
+def report_lines(node, plan):
+    """A readable per-node report: GPUs, HCAs and ports, mapping, driver params, layers."""
+    gpu, rdma, topology, params = node["gpu"], node["rdma"], node["topology"], node["driver_params"]
+    lines = ["GPUs: %d (arch %s, driver %s)" % (
+        len(gpu["gpus"]), gpu.get("torch_cuda_arch_list") or "unknown", gpu.get("driver_version") or "unknown")]
+    for item in gpu["gpus"]:
+        lines.append("  GPU%d %s %s numa %s cc %s" % (
+            item["index"], item["pci_address"], item.get("name") or item["pci_device_id"], item["numa_node"],
+            item.get("compute_cap") or "?"))
+    lines.append("HCAs: %d (prefix %s, OFED %s)" % (
+        len(rdma["hcas"]), rdma.get("hca_prefix") or "-", rdma.get("ofed_version") or "none"))
+    for hca in rdma["hcas"]:
+        for port in hca["ports"]:
+            lines.append("  %s:%d %s %s %s %s gid_index %s netdevs %s" % (
+                hca["name"], port["port"], hca["pci_address"], port["state"], port["link_layer"], port["rate"],
+                port.get("roce_v2_ipv4_gid_index"), ",".join(hca["netdevs"]) or "-"))
+    lines.append("Mapping: %s" % (topology.get("deepep_device_to_hca_mapping") or topology.get("msg")))
+    for entry in topology.get("mapping", []):
+        lines.append("  GPU%d -> %s:%d (%s)" % (entry["gpu"], entry["hca"], entry["port"], entry["distance"]))
+    if params.get("driver_loaded"):
+        lines.append("Driver params: RegistryDwords %r; %s" % (params.get("registry_dwords_live"), params["msg"]))
+    else:
+        lines.append("Driver params: %s" % params["msg"])
+    lines.append("Layers:")
+    for entry in plan:
+        lines.append("  %-18s %-7s %s -- %s" % (entry["layer"], entry["status"], entry["found"], entry["action"]))
+    return lines
