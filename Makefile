@@ -13,7 +13,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check $(if $(WHEELS),--no-index --find-links $(WHEELS))
 INSTALLED := $(CURDIR)/.build/installed
 DEV := $(CURDIR)/.build/dev
-SANITY := $(CURDIR)/.build/sanity/ansible_collections/moe_infra/deepep
+SANITY := $(or $(TMPDIR),/tmp)/moe_infra_deepep_sanity/ansible_collections/moe_infra/deepep
 TEST_PYTHON_VERSION = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 .PHONY: provision facts install test units lint sanity molecule docs clean

@@ -89,7 +89,7 @@ def read_modprobe_options(modprobe_dir, module="nvidia"):
             if len(words) < 3 or words[0] != "options" or words[1] != module:
                 continue
             for word in words[2:]:
-                name, _, value = word.partition("=")
+                name, dummy, value = word.partition("=")
                 settings.append((path, name, value))
     return settings
 

@@ -79,7 +79,7 @@ def _assign(candidates, nic_count, capacity):
     candidates[g] lists NIC indexes, already in preference order. Returns a
     list nic-per-GPU or None when no assignment fits the capacity.
     """
-    owners = [[] for _ in range(nic_count)]
+    owners = [[] for dummy in range(nic_count)]
 
     def place(gpu, seen):
         # Least loaded first keeps equally near NICs evenly used.

@@ -16,7 +16,7 @@ description:
     CCCL include directory (C(include/cccl)) exists, which DeepEP V1 needs on C(CPATH).
   - Read-only; never reports a change.
 author:
-  - moe_infra maintainers
+  - moe_infra maintainers (@moe-infra)
 options:
   cuda_home:
     description:

@@ -23,7 +23,7 @@ description:
     No usable port gives an empty mapping and a message, not a failure.
   - Read-only; never reports a change.
 author:
-  - moe_infra maintainers
+  - moe_infra maintainers (@moe-infra)
 options:
   sysfs_root:
     description:

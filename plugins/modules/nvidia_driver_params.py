@@ -26,7 +26,7 @@ description:
   - It never reloads the driver, refreshes the initramfs or reboots; the C(nvidia_peermapping) role does
     that from the returned C(reboot_required) and C(changed).
 author:
-  - moe_infra maintainers
+  - moe_infra maintainers (@moe-infra)
 options:
   procfs_root:
     description:
@@ -216,7 +216,7 @@ def planned_settings(modprobe_dir, conf_path, new_content):
         with tempfile.TemporaryDirectory() as scratch:
             with open(os.path.join(scratch, os.path.basename(conf_path)), "w") as handle:
                 handle.write(new_content)
-            ours = [(conf_path, name, value) for _, name, value in read_modprobe_options(scratch)]
+            ours = [(conf_path, name, value) for dummy, name, value in read_modprobe_options(scratch)]
         settings.extend(ours)
         settings.sort(key=lambda entry: os.path.basename(entry[0]))
     return settings

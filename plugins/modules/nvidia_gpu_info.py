@@ -21,7 +21,7 @@ description:
     (C(CMAKE_CUDA_ARCHITECTURES)) take.
   - Read-only; never reports a change.
 author:
-  - moe_infra maintainers
+  - moe_infra maintainers (@moe-infra)
 options:
   sysfs_root:
     description:

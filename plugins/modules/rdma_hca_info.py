@@ -19,7 +19,7 @@ description:
     C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT), which IBGDA builds need.
   - Read-only; never reports a change.
 author:
-  - moe_infra maintainers
+  - moe_infra maintainers (@moe-infra)
 options:
   sysfs_root:
     description:

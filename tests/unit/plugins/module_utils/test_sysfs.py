@@ -26,7 +26,7 @@ def rc(chain, root="pci0000:00", numa=0):
     return PciPath(root, chain, numa)
 
 
-@pytest.mark.parametrize("first, second, expected", [
+@pytest.mark.parametrize("gpu, nic, expected", [
     # Two downstream ports of one switch.
     (rc(["a", "u", "d1", "gpu"]), rc(["a", "u", "d2", "nic"]), "PIX"),
     # Functions of one device on one root port.
@@ -41,9 +41,9 @@ def rc(chain, root="pci0000:00", numa=0):
     (rc(["a", "gpu"]), rc(["a", "nic"], root="pci0000:40"), "NODE"),
     (rc(["a", "gpu"]), rc(["a", "nic"], root="pci0000:80", numa=1), "SYS"),
 ])
-def test_pci_distance(first, second, expected):
-    assert pci_distance(first, second) == expected
-    assert pci_distance(second, first) == expected
+def test_pci_distance(gpu, nic, expected):
+    assert pci_distance(gpu, nic) == expected
+    assert pci_distance(nic, gpu) == expected
 
 
 def test_resolve_follows_relative_kernel_symlinks(tmp_path):

@@ -129,6 +129,7 @@ def test_invalid_regex_fails_with_the_option_name(run_module, tmp_path):
 
 def test_check_mode_gives_the_same_answer(run_module, tmp_path):
     machines.gcp_b200(tmp_path)
-    normal, _ = run_module(module, {"sysfs_root": str(tmp_path)})
-    checked, _ = run_module(module, {"sysfs_root": str(tmp_path)}, check_mode=True)
+    normal = topo(run_module, tmp_path)
+    checked, failed = run_module(module, {"sysfs_root": str(tmp_path)}, check_mode=True)
+    assert not failed
     assert checked["mapping"] == normal["mapping"] and checked["changed"] is False
