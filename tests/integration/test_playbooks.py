@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+"""Run the real playbooks with ansible-playbook against this host, on fixture trees."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+
+
+def playbook(name, tmp_path, *extra, machine=None, registry=""):
+    sysfs, proc, modprobe = tmp_path / "sys", tmp_path / "proc", tmp_path / "modprobe.d"
+    if machine:
+        machines.MACHINES[machine](sysfs)
+        write_nvidia_params(proc, registry_dwords=registry)
+    modprobe.mkdir()
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), os.path.join(REPO, "playbooks", name),
+           "-e", "preflight_sysfs_root=%s preflight_procfs_root=%s preflight_modprobe_dir=%s"
+           % (sysfs, proc, modprobe)] + list(extra)
+    proc_result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return proc_result.returncode, proc_result.stdout + proc_result.stderr
+
+
+def recap(output):
+    match = re.search(r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output)
+    assert match, output
+    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups())))
+
+
+def test_site_on_a_node_without_gpus_stops_in_preflight_and_changes_nothing(tmp_path):
+    rc, out = playbook("site.yml", tmp_path, machine="no_gpus")
+    assert rc == 2, out
+    assert "No NVIDIA GPU under %s/bus/pci/devices" % (tmp_path / "sys") in out
+    assert "nvidia_peermapping=blocked" in out and "deepep=blocked" in out
+    assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+    # The report printed before stopping names what was found.
+    assert "HCAs: 2 (prefix mlx5" in out and "mlx5_0:1" in out
+
+
+def test_site_on_a_gpu_node_passes_preflight(tmp_path):
+    rc, out = playbook("site.yml", tmp_path, machine="gcp_b200")
+    assert rc == 0, out
+    assert recap(out) == {"ok": recap(out)["ok"], "changed": 0, "unreachable": 0, "failed": 0}
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_facts_report_for_gcp_b200(tmp_path, check):
+    out_dir = tmp_path / "report"
+    extra = ["-e", "deepep_facts_dir=%s" % out_dir] + (["--check"] if check else [])
+    rc, out = playbook("facts.yml", tmp_path, *extra, machine="gcp_b200")
+    assert rc == 0, out
+    if check:
+        # Nothing is written in check mode, not even on the controller.
+        assert not out_dir.exists()
+        assert "Mapping: 0:rocep4s0:1,1:rocep6s0:1" in out
+        return
+    report = (out_dir / "localhost.txt").read_text()
+    data = json.loads((out_dir / "localhost.json").read_text())
+    expected = machines.gcp_b200(tmp_path / "again")
+    assert data["node"]["topology"]["deepep_device_to_hca_mapping"] == expected
+    assert "Mapping: %s" % expected in report
+    assert "GPUs: 8 (arch 10.0" in report
+    layers = {entry["layer"]: entry["status"] for entry in data["layers"]}
+    assert layers == {"doca_ofed": "reboot", "cuda": layers["cuda"], "nvidia_peermapping": "reboot",
+                      "gdrcopy": "change", "nvshmem_ibgda": "change", "deepep": "change"}
+    assert "rocep* names (KF01)" in report
+
+
+def test_facts_on_a_node_without_nics_reports_peermapping_not_required(tmp_path):
+    out_dir = tmp_path / "report"
+    rc, out = playbook("facts.yml", tmp_path, "-e", "deepep_facts_dir=%s" % out_dir, machine="h200_no_nics")
+    assert rc == 0, out
+    layers = {e["layer"]: e for e in json.loads((out_dir / "localhost.json").read_text())["layers"]}
+    assert layers["nvidia_peermapping"]["status"] == "skip"
+    assert layers["doca_ofed"]["status"] == "skip"
+    assert "KF36" in layers["nvshmem_ibgda"]["found"]
