@@ -19,7 +19,7 @@ TEST_PYTHON_VERSION = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.
 .PHONY: provision facts install test units lint sanity molecule docs clean
 
 $(BIN)/.runtime: requirements/runtime.txt
-	./scripts/make-venv $(PYTHON) $(VENV)
+	WHEELS=$(WHEELS) ./scripts/make-venv $(PYTHON) $(VENV)
 	$(PIP) -r requirements/runtime.txt
 	touch $@
 
