@@ -29,7 +29,7 @@ $(BIN)/.test: $(BIN)/.runtime requirements/test.txt
 
 ## install: build and install this collection for the playbooks (no Galaxy access needed)
 install: $(BIN)/.runtime
-	$(BIN)/ansible-galaxy collection install --force --offline -p $(INSTALLED) $(CURDIR) >/dev/null
+	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install --force --offline -p $(INSTALLED) $(CURDIR) >/dev/null
 
 ## provision: run playbooks/site.yml against INVENTORY (default: this host)
 provision: install

@@ -55,7 +55,7 @@ def plan_peermapping(gpu, rdma, params):
         else "NVIDIA driver not loaded (no /proc/driver/nvidia/params)"
     if not rdma["hcas"]:
         return _entry("nvidia_peermapping", "skip", found,
-                      "not required: no RDMA NIC, so no IBGDA (force it with nvidia_peermapping_required)")
+                      "not required: no RDMA NIC, so no IBGDA")
     if params.get("live"):
         return _entry("nvidia_peermapping", "ok", found, "nothing: PeerMappingOverride=1 is live")
     if params.get("reboot_required"):

@@ -49,6 +49,24 @@ def test_nvidia_smi_enriches_by_pci_address(run_module, tmp_path, fake_bin):
     assert result["notes"] == []
 
 
+# Recorded on the 2 x H200 test machine (docs/results/discovery-h200x2/raw-state.txt).
+RECORDED_H200X2 = """0, 00000000:00:06.0, NVIDIA H200, 9.0, 580.159.04, 143771, GPU-12d8ce7a-c793-6a51-c805-4c63f4af7bf1
+1, 00000000:00:07.0, NVIDIA H200, 9.0, 580.159.04, 143771, GPU-caf307a4-e476-a445-be57-8d80620586ce
+"""
+
+
+def test_recorded_h200_output(run_module, tmp_path, fake_bin):
+    tree = SysfsTree(tmp_path)
+    rc = tree.root_complex("pci0000:00", numa_node=-1)
+    rc.gpu("0000:00:06.0")
+    rc.gpu("0000:00:07.0")
+    fake_bin("nvidia-smi", RECORDED_H200X2)
+    result = info(run_module, tmp_path)
+    assert [(g["index"], g["name"], g["uuid"][:12]) for g in result["gpus"]] == [
+        (0, "NVIDIA H200", "GPU-12d8ce7a"), (1, "NVIDIA H200", "GPU-caf307a4")]
+    assert result["torch_cuda_arch_list"] == "9.0" and result["notes"] == []
+
+
 def test_gpu_missing_from_nvidia_smi_is_reported(run_module, tmp_path, fake_bin):
     machines.h200_no_nics(tmp_path)
     fake_bin("nvidia-smi", "".join(H200_SMI.splitlines(True)[:3]))
