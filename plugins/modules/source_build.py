@@ -1,0 +1,426 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: source_build
+short_description: Fingerprinted, versioned build of a source tree with an atomic C(current) switch
+version_added: "0.1.0"
+description:
+  - Builds one component (NVSHMEM, GDRCopy, DeepEP, ...) from a pinned source into
+    C(<prefix>/builds/<fingerprint>) and points C(<prefix>/current) at it only after the build and its
+    verification succeeded, so a failed or killed build leaves the previous install working.
+  - The fingerprint hashes every input - the source digest (tree digest of a directory, sha256 of an archive,
+    or the resolved git commit), the build and verify commands, the environment, the patches and the
+    caller's O(inputs) (CUDA release, compiler, torch version, NVSHMEM identity, arch list, ...). A stamp
+    holding them is written last. Unchanged inputs give C(changed=false) without building.
+  - In check mode it reports whether it would build and why (which inputs changed), building nothing.
+  - Long builds should run with C(async) so SSH timeouts do not kill them; the log is kept under the
+    build directory.
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  name:
+    description:
+      - Component name, recorded in the stamp and the fingerprint.
+    type: str
+    required: true
+  src:
+    description:
+      - Source on the node, a directory or a tar archive (C(.tar), C(.tar.gz), C(.tgz), C(.tar.xz)). An archive
+        with a single top-level directory is unpacked without it. Mutually exclusive with O(git_url).
+    type: path
+  git_url:
+    description:
+      - Git repository to fetch O(git_ref) from (into a cache under O(prefix)).
+    type: str
+  git_ref:
+    description:
+      - Commit, tag, branch or full ref (e.g. C(refs/pull/466/head)) to build. Pin a commit for
+        reproducible builds.
+    type: str
+  prefix:
+    description:
+      - Directory holding C(builds/), C(current) and the git cache.
+    type: path
+    required: true
+  build_command:
+    description:
+      - Shell command (bash, C(-e -o pipefail)) run in the unpacked source. C(SRC_DIR) and C(INSTALL_DIR)
+        are set in its environment.
+    type: str
+    required: true
+  verify_command:
+    description:
+      - Shell command run after the build with the same environment; the build only becomes C(current)
+        when it exits 0.
+    type: str
+  environment:
+    description:
+      - Environment for both commands, part of the fingerprint.
+    type: dict
+    default: {}
+  inputs:
+    description:
+      - Further inputs that must trigger a rebuild when they change (versions, arch list, compiler).
+    type: dict
+    default: {}
+  patches:
+    description:
+      - Patch files applied with C(patch -p1) in the source before building, in order.
+    type: list
+    elements: path
+    default: []
+  keep:
+    description:
+      - Builds to keep besides C(current); older ones are removed.
+    type: int
+    default: 2
+  force:
+    description:
+      - Build even when the fingerprint is already built.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Reports the reason it would build; a git source is resolved with C(git ls-remote).
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+notes:
+  - The build runs as the user the task runs as; the build tree is owned by that user (KF06).
+"""
+
+EXAMPLES = r"""
+- name: Build DeepEP from a source archive
+  moe_infra.deepep.source_build:
+    name: deepep
+    src: /var/cache/deepep/DeepEP-pr466.tar.gz
+    prefix: /opt/deepep/deepep
+    build_command: "{{ python }} setup.py build_ext --inplace"
+    verify_command: cd / && PYTHONPATH=$SRC_DIR {{ python }} -c 'import deep_ep'
+    environment:
+      TORCH_CUDA_ARCH_LIST: "9.0"
+      NVSHMEM_DIR: /opt/deepep/nvshmem/current
+    inputs:
+      torch: 2.11.0+cu130
+      cuda: "13.0"
+  async: 7200
+  poll: 15
+  register: deepep_build
+"""
+
+RETURN = r"""
+fingerprint:
+  description: Fingerprint of all inputs.
+  returned: always
+  type: str
+  sample: 3f9a0c1d2b4e5f60
+reason:
+  description: Why it built (or would build), or why it did not.
+  returned: always
+  type: str
+  sample: "inputs changed: inputs.torch: 2.10.0 -> 2.11.0"
+install_dir:
+  description: The build directory of this fingerprint.
+  returned: always
+  type: str
+src_dir:
+  description: The unpacked (and built) source inside it.
+  returned: always
+  type: str
+current:
+  description: The C(current) link.
+  returned: always
+  type: str
+previous_fingerprint:
+  description: Fingerprint C(current) pointed at before this run; null when none.
+  returned: always
+  type: str
+source_digest:
+  description: Digest of the source (tree or archive sha256, or git commit).
+  returned: always
+  type: str
+log:
+  description: Build log path.
+  returned: always
+  type: str
+build_seconds:
+  description: Wall time of build and verify; null when nothing was built.
+  returned: always
+  type: float
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
+    changed_inputs,
+    file_digest,
+    fingerprint,
+    tree_digest,
+)
+
+STAMP = ".moe_infra_stamp.json"
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
+
+
+class SourceBuild(object):
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.prefix = self.params["prefix"]
+        self.builds = os.path.join(self.prefix, "builds")
+        self.current = os.path.join(self.prefix, "current")
+
+    def fail(self, msg, **extra):
+        self.module.fail_json(msg=msg, **extra)
+
+    # Source -------------------------------------------------------------------------------------
+
+    def source_digest(self):
+        src = self.params["src"]
+        if src:
+            if os.path.isdir(src):
+                return "tree:" + tree_digest(src)
+            if os.path.isfile(src) and src.endswith(ARCHIVE_SUFFIXES):
+                return "sha256:" + file_digest(src)
+            self.fail("src: %s is neither a directory nor a tar archive (%s)" % (src, ", ".join(ARCHIVE_SUFFIXES)))
+        return "git:" + self.resolve_git_commit()
+
+    def git(self, *args, **kwargs):
+        git = self.module.get_bin_path("git", required=True)
+        rc, out, err = self.module.run_command([git] + list(args), environ_update={"LC_ALL": "C"}, **kwargs)
+        if rc != 0:
+            self.fail("git %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc, stdout=out, stderr=err)
+        return out.strip()
+
+    def resolve_git_commit(self):
+        ref = self.params["git_ref"]
+        if len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower()):
+            return ref.lower()
+        out = self.git("ls-remote", self.params["git_url"], ref)
+        lines = [line.split() for line in out.splitlines() if line.strip()]
+        exact = [sha for sha, name in lines if name in (ref, "refs/heads/" + ref, "refs/tags/" + ref + "^{}")]
+        tagged = [sha for sha, name in lines if name == "refs/tags/" + ref]
+        commits = exact or tagged
+        if not commits:
+            self.fail("git_ref %r not found in %s; pin a commit, tag, branch or full ref" % (ref, self.params["git_url"]))
+        return commits[0]
+
+    def unpack(self, digest, dest):
+        src = self.params["src"]
+        if src and os.path.isdir(src):
+            shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        elif src:
+            self.extract(src, dest)
+        else:
+            cache = os.path.join(self.prefix, "git-cache")
+            if not os.path.isdir(cache):
+                self.git("init", "--bare", "-q", cache)
+            commit = digest.split(":", 1)[1]
+            rc, dummy, dummy = self.module.run_command(["git", "-C", cache, "cat-file", "-e", commit + "^{commit}"])
+            if rc != 0:
+                self.git("-C", cache, "fetch", "-q", "--force", self.params["git_url"], self.params["git_ref"])
+            tar_path = dest + ".tar"
+            self.git("-C", cache, "archive", "--format=tar", "-o", tar_path, commit)
+            os.makedirs(dest)
+            with tarfile.open(tar_path) as tar:
+                self._extract_all(tar, dest)
+            os.unlink(tar_path)
+
+    def extract(self, archive, dest):
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            tops = set(member.name.split("/", 1)[0] for member in members if member.name not in (".", "./"))
+            strip = len(tops) == 1 and any("/" in m.name for m in members)
+            scratch = dest + ".unpack"
+            self._extract_all(tar, scratch)
+        root = os.path.join(scratch, tops.pop()) if strip else scratch
+        os.rename(root, dest)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    @staticmethod
+    def _extract_all(tar, dest):
+        # The 'data' filter refuses absolute paths, links out of dest and device files.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)  # Python without extraction filters (< 3.11.4)
+
+    # State --------------------------------------------------------------------------------------
+
+    def read_stamp(self, build_dir):
+        try:
+            with open(os.path.join(build_dir, STAMP)) as handle:
+                return json.load(handle)
+        except (OSError, IOError, ValueError):
+            return None
+
+    def current_fingerprint(self):
+        if not os.path.islink(self.current):
+            return None
+        return os.path.basename(os.readlink(self.current))
+
+    def switch_current(self, fp):
+        tmp = self.current + ".new"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(os.path.join("builds", fp), tmp)
+        os.rename(tmp, self.current)
+
+    def prune(self, keep_fps):
+        entries = []
+        for name in os.listdir(self.builds):
+            path = os.path.join(self.builds, name)
+            if name in keep_fps or not os.path.isdir(path):
+                continue
+            entries.append((os.path.getmtime(path), path))
+        entries.sort(reverse=True)
+        for dummy, path in entries[max(self.params["keep"] - 1, 0):]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    # Build --------------------------------------------------------------------------------------
+
+    def run_logged(self, command, env, cwd, log):
+        log.write("$ %s\n" % command)
+        log.flush()
+        proc = subprocess.run(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
+                              stdout=log, stderr=subprocess.STDOUT, check=False)
+        log.write("# exit %d\n" % proc.returncode)
+        log.flush()
+        return proc.returncode
+
+    def tail(self, path, lines=40):
+        with open(path, "r", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+
+    def build(self, fp, digest, inputs):
+        install_dir = os.path.join(self.builds, fp)
+        src_dir = os.path.join(install_dir, "src")
+        if os.path.lexists(install_dir):
+            # A build of these inputs that never finished (no stamp): start over.
+            shutil.rmtree(install_dir)
+        os.makedirs(install_dir)
+        self.unpack(digest, src_dir)
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in self.params["environment"].items()})
+        env.update(SRC_DIR=src_dir, INSTALL_DIR=install_dir)
+        log_path = os.path.join(install_dir, "build.log")
+        started = time.time()
+        with open(log_path, "w") as log:
+            for patch in self.params["patches"]:
+                if self.run_logged("patch -p1 --forward < %s" % _quote(patch), env, src_dir, log) != 0:
+                    self.fail("patch %s does not apply to %s; see %s" % (patch, self.params["name"], log_path),
+                              log=log_path, log_tail=self.tail(log_path))
+            if self.run_logged(self.params["build_command"], env, src_dir, log) != 0:
+                self.fail("build of %s failed; current still points at the previous build; see %s"
+                          % (self.params["name"], log_path), log=log_path, log_tail=self.tail(log_path),
+                          fingerprint=fp)
+            verify = self.params["verify_command"]
+            if verify and self.run_logged(verify, env, src_dir, log) != 0:
+                self.fail("%s built but its verification failed; current still points at the previous build; "
+                          "see %s" % (self.params["name"], log_path), log=log_path, log_tail=self.tail(log_path),
+                          fingerprint=fp)
+        seconds = round(time.time() - started, 1)
+        stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),
+                     build_seconds=seconds)
+        with open(os.path.join(install_dir, STAMP + ".tmp"), "w") as handle:
+            json.dump(stamp, handle, indent=2, sort_keys=True)
+        os.rename(os.path.join(install_dir, STAMP + ".tmp"), os.path.join(install_dir, STAMP))
+        return seconds
+
+    def run(self):
+        params = self.params
+        digest = self.source_digest()
+        patches = {os.path.basename(p): file_digest(p) for p in params["patches"] if os.path.isfile(p)}
+        missing = [p for p in params["patches"] if not os.path.isfile(p)]
+        if missing:
+            self.fail("patches: %s not found" % ", ".join(missing))
+        inputs = dict(
+            name=params["name"],
+            source=digest,
+            build_command=params["build_command"],
+            verify_command=params["verify_command"],
+            environment={k: str(v) for k, v in params["environment"].items()},
+            patches=patches,
+            inputs=params["inputs"],
+        )
+        fp = fingerprint(inputs)
+        install_dir = os.path.join(self.builds, fp)
+        previous = self.current_fingerprint()
+        previous_stamp = self.read_stamp(os.path.join(self.builds, previous)) if previous else None
+        built = self.read_stamp(install_dir) is not None
+
+        if previous == fp and built and not params["force"]:
+            action, reason = None, "up to date (fingerprint %s)" % fp
+        elif built and not params["force"]:
+            action, reason = "switch", "switch current to the existing build %s" % fp
+        else:
+            action = "build"
+            if params["force"]:
+                reason = "forced"
+            elif previous_stamp is None:
+                reason = "no previous build"
+            else:
+                reason = "inputs changed: " + "; ".join(changed_inputs(previous_stamp.get("inputs"), inputs))
+
+        result = dict(
+            changed=action is not None, fingerprint=fp, reason=reason, install_dir=install_dir,
+            src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
+            source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
+        )
+        if action is None or self.module.check_mode:
+            return result
+        os.makedirs(self.builds, exist_ok=True)
+        if action == "build":
+            result["build_seconds"] = self.build(fp, digest, inputs)
+        self.switch_current(fp)
+        self.prune({fp, previous})
+        return result
+
+
+def _quote(path):
+    return "'%s'" % path.replace("'", "'\\''")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            src=dict(type="path"),
+            git_url=dict(type="str"),
+            git_ref=dict(type="str"),
+            prefix=dict(type="path", required=True),
+            build_command=dict(type="str", required=True),
+            verify_command=dict(type="str"),
+            environment=dict(type="dict", default={}),
+            inputs=dict(type="dict", default={}),
+            patches=dict(type="list", elements="path", default=[]),
+            keep=dict(type="int", default=2),
+            force=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("src", "git_url")],
+        required_one_of=[("src", "git_url")],
+        required_together=[("git_url", "git_ref")],
+        supports_check_mode=True,
+    )
+    if module.params["keep"] < 1:
+        module.fail_json(msg="keep: %s; keep at least 1 build besides current" % module.params["keep"])
+    module.exit_json(**SourceBuild(module).run())
+
+
+if __name__ == "__main__":
+    main()

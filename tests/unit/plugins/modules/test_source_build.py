@@ -1,0 +1,169 @@
+# -*- coding: utf-8 -*-
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.modules import source_build as module
+
+BUILD = "cat input.txt > built.txt && echo \"$ARCH\" >> built.txt"
+VERIFY = "grep -q hello built.txt"
+
+
+@pytest.fixture
+def src(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "input.txt").write_text("hello\n")
+    return source
+
+
+def args(src, prefix, **extra):
+    base = dict(name="demo", src=str(src), prefix=str(prefix), build_command=BUILD, verify_command=VERIFY,
+                environment={"ARCH": "9.0"}, inputs={"torch": "2.11.0"})
+    base.update(extra)
+    return base
+
+
+def build(run_module, src, prefix, check_mode=False, expect_fail=False, **extra):
+    result, failed = run_module(module, args(src, prefix, **extra), check_mode=check_mode)
+    assert failed == expect_fail, result
+    return result
+
+
+def current_target(prefix):
+    return os.readlink(str(prefix / "current"))
+
+
+def test_first_build_then_nothing_to_do(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    first = build(run_module, src, prefix)
+    assert first["changed"] is True and first["reason"] == "no previous build"
+    assert current_target(prefix) == "builds/" + first["fingerprint"]
+    assert (prefix / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
+    assert (prefix / "current" / ".moe_infra_stamp.json").exists()
+    assert "$ grep -q hello built.txt" in open(first["log"]).read()
+    assert first["build_seconds"] is not None
+    second = build(run_module, src, prefix)
+    assert second["changed"] is False and second["reason"].startswith("up to date")
+    assert second["fingerprint"] == first["fingerprint"]
+
+
+@pytest.mark.parametrize("change, expected_reason", [
+    ({"environment": {"ARCH": "10.0"}}, "environment.ARCH: 9.0 -> 10.0"),
+    ({"inputs": {"torch": "2.12.0"}}, "inputs.torch: 2.11.0 -> 2.12.0"),
+    ({"inputs": {"torch": "2.11.0", "nvshmem": "3.4.5"}}, "inputs.nvshmem: null -> 3.4.5"),
+    ({"build_command": BUILD + " && true"}, "build_command:"),
+    ({"verify_command": "true"}, "verify_command: grep -q hello built.txt -> true"),
+])
+def test_every_input_changes_the_fingerprint(run_module, src, tmp_path, change, expected_reason):
+    prefix = tmp_path / "opt"
+    first = build(run_module, src, prefix)
+    predicted = build(run_module, src, prefix, check_mode=True, **change)
+    assert predicted["changed"] is True and predicted["fingerprint"] != first["fingerprint"]
+    assert expected_reason in predicted["reason"]
+    assert current_target(prefix) == "builds/" + first["fingerprint"]
+    assert not os.path.exists(predicted["install_dir"])
+
+
+def test_source_and_patch_changes_change_the_fingerprint(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    first = build(run_module, src, prefix)
+    (src / "input.txt").write_text("hello world\n")
+    second = build(run_module, src, prefix)
+    assert second["fingerprint"] != first["fingerprint"] and "source: tree:" in second["reason"]
+    patch = tmp_path / "fix.patch"
+    patch.write_text("--- a/input.txt\n+++ b/input.txt\n@@ -1 +1 @@\n-hello world\n+hello patched\n")
+    third = build(run_module, src, prefix, patches=[str(patch)])
+    assert "patches.fix.patch: null ->" in third["reason"]
+    assert (prefix / "current" / "src" / "built.txt").read_text().startswith("hello patched")
+    assert (src / "input.txt").read_text() == "hello world\n"
+
+
+def test_check_mode_on_a_fresh_node_creates_nothing(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    result = build(run_module, src, prefix, check_mode=True)
+    assert result["changed"] is True and result["reason"] == "no previous build"
+    assert not prefix.exists()
+
+
+@pytest.mark.parametrize("failing", [{"build_command": "exit 3"}, {"verify_command": "false"}])
+def test_failed_build_or_verify_keeps_the_previous_current(run_module, src, tmp_path, failing):
+    prefix = tmp_path / "opt"
+    good = build(run_module, src, prefix)
+    bad = build(run_module, src, prefix, expect_fail=True, **failing)
+    assert "current still points at the previous build" in bad["msg"]
+    assert current_target(prefix) == "builds/" + good["fingerprint"]
+    assert (prefix / "current" / "src" / "built.txt").exists()
+    assert "# exit" in bad["log_tail"]
+
+
+def test_interrupted_build_is_redone(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    predicted = build(run_module, src, prefix, check_mode=True)
+    # A build killed half-way: directory there, no stamp.
+    os.makedirs(os.path.join(predicted["install_dir"], "src"))
+    result = build(run_module, src, prefix)
+    assert result["changed"] is True and result["build_seconds"] is not None
+    assert (prefix / "current" / "src" / "built.txt").exists()
+
+
+def test_switching_back_reuses_the_existing_build(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    first = build(run_module, src, prefix)
+    build(run_module, src, prefix, inputs={"torch": "2.12.0"})
+    back = build(run_module, src, prefix)
+    assert back["changed"] is True and back["reason"].startswith("switch current to the existing build")
+    assert back["build_seconds"] is None
+    assert current_target(prefix) == "builds/" + first["fingerprint"]
+
+
+def test_old_builds_are_pruned(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    for version in ("1", "2", "3", "4"):
+        last = build(run_module, src, prefix, inputs={"torch": version}, keep=1)
+    builds = sorted(os.listdir(str(prefix / "builds")))
+    assert len(builds) == 2 and last["fingerprint"] in builds and last["previous_fingerprint"] in builds
+
+
+def test_archive_with_top_level_directory(run_module, src, tmp_path):
+    archive = tmp_path / "DeepEP.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(src), arcname="DeepEP")
+    result = build(run_module, archive, tmp_path / "opt")
+    assert result["source_digest"].startswith("sha256:")
+    assert (tmp_path / "opt" / "current" / "src" / "built.txt").exists()
+
+
+def test_git_source(run_module, src, tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q", str(src)], check=True)
+    subprocess.run(git + ["-C", str(src), "add", "."], check=True)
+    subprocess.run(git + ["-C", str(src), "commit", "-qm", "one"], check=True)
+    subprocess.run(git + ["-C", str(src), "update-ref", "refs/pull/466/head", "HEAD"], check=True)
+    commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    options = args(src, tmp_path / "opt", git_url="file://%s" % src, git_ref="refs/pull/466/head")
+    del options["src"]
+    result, failed = run_module(module, options)
+    assert not failed, result
+    assert result["source_digest"] == "git:" + commit
+    assert (tmp_path / "opt" / "current" / "src" / "built.txt").exists()
+    options["git_ref"] = "refs/pull/999/head"
+    result, failed = run_module(module, options)
+    assert failed and "git_ref 'refs/pull/999/head' not found" in result["msg"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"source": "/nonexistent/file.zip"}, "neither a directory nor a tar archive"),
+    ({"keep": 0}, "keep at least 1"),
+    ({"patches": ["/nonexistent.patch"]}, "patches: /nonexistent.patch not found"),
+])
+def test_bad_input(run_module, src, tmp_path, extra, message):
+    source = extra.pop("source", src)
+    result = build(run_module, source, tmp_path / "opt", expect_fail=True, **extra)
+    assert message in result["msg"]
+    assert not (tmp_path / "opt").exists()
