@@ -7,11 +7,18 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check as compat_check
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
     ArchError,
     cmake_cuda_architectures,
     compute_cap_of,
     torch_cuda_arch_list,
+)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import (
+    EnvError,
+    build_env,
+    process_env,
+    render_lines,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import (
     layer_plan,
@@ -58,6 +65,12 @@ def nvshmem_hca_list_filter(mapping):
     return nvshmem_hca_list(_check_mapping(mapping))
 
 
+def deepep_compat(facts):
+    if not isinstance(facts, dict):
+        raise AnsibleFilterError("deepep_compat expects a dict of versions, got %r" % (facts,))
+    return compat_check(facts)
+
+
 NODE_KEYS = ("gpu", "rdma", "topology", "driver_params", "cuda")
 
 
@@ -77,6 +90,17 @@ def deepep_node_report(node, plan=None):
     return report_lines(node, plan if plan is not None else layer_plan(node))
 
 
+def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False):
+    node = _check_node(node)
+    try:
+        result = build_env(node, pythonpath, ld_preload, extra, force_ibgda)
+    except EnvError as exc:
+        raise AnsibleFilterError(str(exc))
+    result["lines"] = render_lines(result)
+    result["process_env"] = process_env(result)
+    return result
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -86,5 +110,7 @@ class FilterModule(object):
             "deepep_hca_mapping": deepep_hca_mapping,
             "nvshmem_hca_list": nvshmem_hca_list_filter,
             "deepep_layer_plan": deepep_layer_plan,
+            "deepep_compat": deepep_compat,
+            "deepep_env": deepep_env,
             "deepep_node_report": deepep_node_report,
         }

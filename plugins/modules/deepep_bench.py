@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deepep_bench
+short_description: Run DeepEP's own tests and judge their results
+version_added: "0.1.0"
+description:
+  - Runs C(tests/test_intranode.py) or C(tests/test_low_latency.py) of a DeepEP V1 source tree with one
+    process per GPU, parses the checks that passed and the best bandwidths (intranode) or every rank's
+    dispatch and combine bandwidth (low-latency), and fails when the test fails or a bandwidth is under
+    its threshold.
+  - Keeps the full output in O(log) and, with O(report), writes the parsed result as JSON.
+  - Running a test changes nothing on the node, so the module reports C(changed=false); in check mode it
+    runs nothing and says so.
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  python:
+    description: Interpreter with torch and DeepEP.
+    type: path
+    required: true
+  deepep_dir:
+    description: DeepEP source tree holding C(tests/) (the build's C(src) directory).
+    type: path
+    required: true
+  test:
+    description: Which test to run.
+    type: str
+    choices: [intranode, low_latency]
+    required: true
+  num_processes:
+    description: Processes (one per GPU).
+    type: int
+    required: true
+  extra_args:
+    description: Further test arguments (e.g. C(--num-tokens 4096)).
+    type: list
+    elements: str
+    default: []
+  environment:
+    description: Environment for the test (the env script's variables, C(PYTHONPATH)).
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds before the test is killed and counted as failed (a hang is a failure).
+    type: int
+    default: 900
+  thresholds:
+    description:
+      - Minimum bandwidths in GB/s. Intranode keys C(dispatch_fp8), C(dispatch_bf16), C(combine_bf16)
+        (best of the tuning); low-latency keys C(dispatch), C(combine) (the slowest rank).
+    type: dict
+    default: {}
+  min_checks_passed:
+    description: Intranode only; checks that must pass (24 with the test's defaults).
+    type: int
+    default: 24
+  log:
+    description: File that receives the test's whole output.
+    type: path
+    required: true
+  report:
+    description: JSON file that receives the parsed result.
+    type: path
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Runs nothing in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Intranode test on 8 GPUs
+  moe_infra.deepep.deepep_bench:
+    python: /opt/deepep/venv/bin/python
+    deepep_dir: /opt/deepep/deepep/current/src
+    test: intranode
+    num_processes: 8
+    environment: "{{ deepep_env }}"
+    thresholds: {dispatch_fp8: 247, dispatch_bf16: 253, combine_bf16: 348}
+    log: /var/log/deepep/intranode.log
+    report: /var/log/deepep/intranode.json
+"""
+
+RETURN = r"""
+passed:
+  description: Whether the test exited 0, its checks passed and every threshold was met.
+  returned: always
+  type: bool
+rc:
+  description: Exit status of the test; null in check mode; -9 when killed at the timeout.
+  returned: always
+  type: int
+seconds:
+  description: Wall time of the test.
+  returned: always
+  type: float
+result:
+  description: Parsed output. Intranode C(checks), C(checks_passed), C(best) (C(dispatch_fp8), C(dispatch_bf16),
+    C(combine_bf16), each C(sms), C(nvl_chunk), C(gbps), C(us)); low-latency C(ranks) and C(summary).
+  returned: always
+  type: dict
+below_thresholds:
+  description: Thresholds not met.
+  returned: always
+  type: list
+  elements: str
+command:
+  description: The command that ran.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
+    below_thresholds,
+    parse_intranode,
+    parse_low_latency,
+)
+
+SCRIPTS = {"intranode": "test_intranode.py", "low_latency": "test_low_latency.py"}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            deepep_dir=dict(type="path", required=True),
+            test=dict(type="str", required=True, choices=list(SCRIPTS)),
+            num_processes=dict(type="int", required=True),
+            extra_args=dict(type="list", elements="str", default=[]),
+            environment=dict(type="dict", default={}),
+            timeout=dict(type="int", default=900),
+            thresholds=dict(type="dict", default={}),
+            min_checks_passed=dict(type="int", default=24),
+            log=dict(type="path", required=True),
+            report=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    script = os.path.join(p["deepep_dir"], "tests", SCRIPTS[p["test"]])
+    if not os.path.isfile(script):
+        module.fail_json(msg="deepep_dir: %s not found; point deepep_dir at a DeepEP V1 source tree" % script)
+    if p["num_processes"] < 1:
+        module.fail_json(msg="num_processes: %s; set it to the number of GPUs" % p["num_processes"])
+    allowed = {"intranode": {"dispatch_fp8", "dispatch_bf16", "combine_bf16"},
+               "low_latency": {"dispatch", "combine"}}[p["test"]]
+    unknown = sorted(set(p["thresholds"]) - allowed)
+    if unknown:
+        module.fail_json(msg="thresholds: %s not known for %s; use %s" % (", ".join(unknown), p["test"],
+                                                                         ", ".join(sorted(allowed))))
+    command = [p["python"], script, "--num-processes", str(p["num_processes"])] + p["extra_args"]
+    if module.check_mode:
+        module.exit_json(changed=False, passed=None, rc=None, seconds=None, result={}, below_thresholds=[],
+                         command=command, msg="check mode: would run %s" % " ".join(command))
+
+    env = {key: str(value) for key, value in p["environment"].items()}
+    os.makedirs(os.path.dirname(p["log"]) or ".", exist_ok=True)
+    timeout_bin = module.get_bin_path("timeout", required=True)
+    started = time.time()
+    # A hang is a failure: timeout kills the test (and, 30 s later, whatever ignores SIGTERM).
+    rc, out, err = module.run_command([timeout_bin, "--kill-after=30", str(p["timeout"])] + command,
+                                      cwd=p["deepep_dir"], environ_update=env)
+    seconds = round(time.time() - started, 1)
+    text = out + err
+    with open(p["log"], "w") as log:
+        log.write(text)
+    if rc in (124, 137):
+        rc = -9
+    parsed = parse_intranode(text) if p["test"] == "intranode" else parse_low_latency(text)
+    misses = below_thresholds(p["test"], parsed, p["thresholds"])
+    problems = []
+    if rc != 0:
+        problems.append("exit status %s%s" % (rc, " (killed after %ss)" % p["timeout"] if rc == -9 else ""))
+    if p["test"] == "intranode" and parsed["checks_passed"] < p["min_checks_passed"]:
+        problems.append("%d/%d checks passed, %d required" % (parsed["checks_passed"], parsed["checks"],
+                                                             p["min_checks_passed"]))
+    if p["test"] == "low_latency" and len(parsed["ranks"]) != p["num_processes"]:
+        problems.append("%d of %d ranks reported bandwidth" % (len(parsed["ranks"]), p["num_processes"]))
+    problems.extend(misses)
+    result = dict(changed=False, passed=not problems, rc=rc, seconds=seconds, result=parsed,
+                  below_thresholds=misses, command=command, log=p["log"])
+    if p["report"]:
+        with open(p["report"], "w") as handle:
+            json.dump(dict(test=p["test"], num_processes=p["num_processes"], **{k: result[k] for k in (
+                "passed", "rc", "seconds", "result", "below_thresholds", "command")}), handle, indent=2)
+    if problems:
+        tail = "".join(text.splitlines(True)[-30:])
+        module.fail_json(msg="DeepEP %s test failed: %s" % (p["test"], "; ".join(problems)), log_tail=tail, **result)
+    module.exit_json(msg="DeepEP %s test passed in %ss" % (p["test"], seconds), **result)
+
+
+if __name__ == "__main__":
+    main()

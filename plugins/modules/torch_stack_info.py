@@ -1,0 +1,175 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: torch_stack_info
+short_description: Versions of torch, NCCL, the NVSHMEM wheel and DeepEP as one Python interpreter sees them
+version_added: "0.1.0"
+description:
+  - Runs a short probe with the given Python interpreter and reports the torch version and its CUDA build,
+    the NCCL version torch loads, the C(nvidia-nvshmem-cu12/cu13) and C(nvidia-nccl-cu12/cu13) wheels
+    (version, directory, whether the wheel ships the IBGDA transport C(nvshmem_transport_ibgda.so.3)),
+    numpy, and whether C(deep_ep) imports from C(/) with the given C(PYTHONPATH).
+  - An import failure that names an undefined symbol is flagged, the sign of DeepEP built against another
+    torch (KF18).
+  - Read-only; never reports a change.
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  python:
+    description:
+      - Python interpreter to probe (the one DeepEP is built and run with).
+    type: path
+    required: true
+  pythonpath:
+    description:
+      - C(PYTHONPATH) for the C(deep_ep) import check (e.g. the DeepEP build directory).
+    type: list
+    elements: path
+    default: []
+  environment:
+    description:
+      - Extra environment for the probe (e.g. C(LD_PRELOAD)).
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - moe_infra.deepep.info_module
+"""
+
+EXAMPLES = r"""
+- name: Probe the torch stack
+  moe_infra.deepep.torch_stack_info:
+    python: /opt/torch/.venv/bin/python3
+    pythonpath: [/opt/deepep/deepep/current/src]
+  register: stack
+"""
+
+RETURN = r"""
+python_version:
+  description: Interpreter version.
+  returned: always
+  type: str
+  sample: 3.12.3
+torch:
+  description: C(version), C(cuda) (the CUDA torch was built with), C(nccl) (version torch loads); null
+    values when torch is missing.
+  returned: always
+  type: dict
+  sample: {version: 2.11.0+cu130, cuda: "13.0", nccl: 2.28.9}
+nvshmem_wheel:
+  description: The NVSHMEM wheel (C(package), C(version), C(dir), C(lib_dir), C(host_lib), C(ibgda_transport));
+    null when no NVSHMEM wheel is installed.
+  returned: always
+  type: dict
+nccl_wheel:
+  description: The NCCL wheel (C(package), C(version), C(dir)); null when none.
+  returned: always
+  type: dict
+numpy:
+  description: numpy version; null when missing.
+  returned: always
+  type: str
+deep_ep:
+  description: C(importable), C(file), C(error), C(undefined_symbol) for C(import deep_ep) run from C(/).
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+PROBE = r'''
+import glob, importlib.metadata as md, importlib.util, json, os, sys
+out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
+       "nvshmem_wheel": None, "nccl_wheel": None, "numpy": None}
+def dist(names):
+    for name in names:
+        try:
+            return name, md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return None, None
+def package_dir(module):
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+name, version = dist(["nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12"])
+root = package_dir("nvidia.nvshmem")
+if name and root:
+    lib = os.path.join(root, "lib")
+    hosts = sorted(glob.glob(os.path.join(lib, "libnvshmem_host.so*")))
+    out["nvshmem_wheel"] = {"package": name, "version": version, "dir": root, "lib_dir": lib,
+                            "host_lib": hosts[-1] if hosts else None,
+                            "ibgda_transport": os.path.exists(os.path.join(lib, "nvshmem_transport_ibgda.so.3"))}
+name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
+if name:
+    out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl")}
+out["numpy"] = dist(["numpy"])[1]
+try:
+    import torch
+    out["torch"]["version"] = torch.__version__
+    out["torch"]["cuda"] = torch.version.cuda
+    try:
+        out["torch"]["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+    except Exception as exc:
+        out["torch"]["nccl_error"] = str(exc)
+except Exception as exc:
+    out["torch"]["error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+'''
+
+IMPORT_PROBE = r'''
+import json
+try:
+    import deep_ep
+    print(json.dumps({"importable": True, "file": deep_ep.__file__, "error": None}))
+except Exception as exc:
+    print(json.dumps({"importable": False, "file": None, "error": "%s: %s" % (type(exc).__name__, exc)}))
+'''
+
+
+def run_probe(module, script, env):
+    rc, out, err = module.run_command([module.params["python"], "-c", script], environ_update=env, cwd="/")
+    if rc != 0:
+        module.fail_json(msg="%s could not run the probe: %s" % (module.params["python"], (err or out).strip()[-2000:]),
+                         rc=rc)
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        module.fail_json(msg="unexpected probe output from %s: %s" % (module.params["python"], out[-2000:]))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            pythonpath=dict(type="list", elements="path", default=[]),
+            environment=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    python = module.params["python"]
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg="python: %s is not an executable interpreter; set it to the Python that has torch"
+                             % python)
+    env = {key: str(value) for key, value in module.params["environment"].items()}
+    env["LC_ALL"] = "C"
+    result = run_probe(module, PROBE, env)
+    env["PYTHONPATH"] = os.pathsep.join(module.params["pythonpath"])
+    deep_ep = run_probe(module, IMPORT_PROBE, env)
+    deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
+    result["deep_ep"] = deep_ep
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
