@@ -303,6 +303,10 @@ class SourceBuild(object):
         log.flush()
         return proc.returncode
 
+    def kept(self):
+        previous = self.current_fingerprint()
+        return "current still points at the previous build %s" % previous if previous else "nothing is installed yet"
+
     def tail(self, path, lines=40):
         with open(path, "r", errors="replace") as handle:
             return "".join(handle.readlines()[-lines:])
@@ -326,14 +330,13 @@ class SourceBuild(object):
                     self.fail("patch %s does not apply to %s; see %s" % (patch, self.params["name"], log_path),
                               log=log_path, log_tail=self.tail(log_path))
             if self.run_logged(self.params["build_command"], env, src_dir, log) != 0:
-                self.fail("build of %s failed; current still points at the previous build; see %s"
-                          % (self.params["name"], log_path), log=log_path, log_tail=self.tail(log_path),
-                          fingerprint=fp)
+                self.fail("build of %s failed; %s; see %s" % (self.params["name"], self.kept(), log_path),
+                          log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
             verify = self.params["verify_command"]
             if verify and self.run_logged(verify, env, src_dir, log) != 0:
-                self.fail("%s built but its verification failed; current still points at the previous build; "
-                          "see %s" % (self.params["name"], log_path), log=log_path, log_tail=self.tail(log_path),
-                          fingerprint=fp)
+                self.fail("%s built but its verification failed; %s; see %s" % (self.params["name"], self.kept(),
+                                                                                 log_path),
+                          log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
         seconds = round(time.time() - started, 1)
         stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),
                      build_seconds=seconds)

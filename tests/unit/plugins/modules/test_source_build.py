@@ -95,7 +95,7 @@ def test_failed_build_or_verify_keeps_the_previous_current(run_module, src, tmp_
     prefix = tmp_path / "opt"
     good = build(run_module, src, prefix)
     bad = build(run_module, src, prefix, expect_fail=True, **failing)
-    assert "current still points at the previous build" in bad["msg"]
+    assert "current still points at the previous build %s" % good["fingerprint"] in bad["msg"]
     assert current_target(prefix) == "builds/" + good["fingerprint"]
     assert (prefix / "current" / "src" / "built.txt").exists()
     assert "# exit" in bad["log_tail"]
