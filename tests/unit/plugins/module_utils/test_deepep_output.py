@@ -1,0 +1,56 @@
+# -*- coding: utf-8 -*-
+"""The parser on DeepEP's real output (PR #466 tests, 2 x H200: tests/fixtures/deepep_output/)."""
+from __future__ import annotations
+
+import os
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
+    below_thresholds,
+    parse_intranode,
+    parse_low_latency,
+)
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "deepep_output")
+
+
+def recorded(name):
+    with open(os.path.join(FIXTURES, name)) as handle:
+        return handle.read()
+
+
+def test_intranode_recorded_output():
+    parsed = parse_intranode(recorded("intranode.log"))
+    assert parsed["checks"] == 24 and parsed["checks_passed"] == 24
+    assert parsed["best"]["dispatch_fp8"] == {"sms": 24, "nvl_chunk": 24, "gbps": 246.63, "us": 244.63}
+    assert parsed["best"]["dispatch_bf16"] == {"sms": 24, "nvl_chunk": 12, "gbps": 339.06, "us": 345.1}
+    assert parsed["best"]["combine_bf16"] == {"sms": 24, "nvl_chunk": 7, "gbps": 286.78, "us": 408.01}
+
+
+def test_intranode_cut_short_counts_only_what_passed():
+    text = recorded("intranode.log")
+    cut = text[:text.index("[testing] Running with FP8, with top-k (async=True, previous=False)")]
+    cut += "[testing] Running with FP8, with top-k (async=True, previous=False) ...Traceback (most recent call last):\n"
+    parsed = parse_intranode(cut)
+    assert parsed["checks"] == 12 and parsed["checks_passed"] == 11
+    assert parsed["best"]["dispatch_fp8"] is None
+
+
+def test_low_latency_recorded_output():
+    parsed = parse_low_latency(recorded("low_latency.log"))
+    assert parsed["ranks"] == [
+        {"rank": 0, "dispatch_gbps": 244.47, "dispatch_us": 30.73, "combine_gbps": 358.6, "combine_us": 40.54},
+        {"rank": 1, "dispatch_gbps": 259.65, "dispatch_us": 28.93, "combine_gbps": 363.04, "combine_us": 40.04}]
+    assert parsed["summary"] == {"min_dispatch_gbps": 244.47, "max_dispatch_gbps": 259.65,
+                                 "min_combine_gbps": 358.6, "max_combine_gbps": 363.04}
+
+
+def test_thresholds():
+    intranode = parse_intranode(recorded("intranode.log"))
+    assert below_thresholds("intranode", intranode, {"dispatch_fp8": 246, "combine_bf16": 286}) == []
+    assert below_thresholds("intranode", intranode, {"dispatch_fp8": 247}) == ["dispatch_fp8 246.63 < 247 GB/s"]
+    low_latency = parse_low_latency(recorded("low_latency.log"))
+    assert below_thresholds("low_latency", low_latency, {"dispatch": 200, "combine": 248}) == []
+    assert below_thresholds("low_latency", low_latency, {"dispatch": 250}) == [
+        "dispatch on the slowest rank 244.47 < 250 GB/s"]
+    assert below_thresholds("low_latency", parse_low_latency(""), {"combine": 1}) == [
+        "combine on the slowest rank None < 1 GB/s"]

@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import (
+    EnvError,
+    build_env,
+    process_env,
+    render_lines,
+)
+from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.nodes import discovered_node
+
+SRC = "/opt/deepep/deepep/current/src"
+
+
+def test_gcp_b200_exports_ibgda_with_discovered_gid_and_mapping(tmp_path):
+    node = discovered_node("gcp_b200", tmp_path)
+    env = build_env(node, SRC)["env"]
+    assert env == {
+        "NVSHMEM_REMOTE_TRANSPORT": "ibgda", "NVSHMEM_IB_ENABLE_IBGDA": "1", "NVSHMEM_IBGDA_NIC_HANDLER": "gpu",
+        "NVSHMEM_DISABLE_CUDA_VMM": "1", "NVSHMEM_ENABLE_NIC_PE_MAPPING": "1", "NVSHMEM_HCA_PREFIX": "rocep",
+        "NVSHMEM_IB_GID_INDEX": "3", "DEEP_EP_DEVICE_TO_HCA_MAPPING": machines.gcp_b200(tmp_path / "again")}
+
+
+def test_infiniband_has_no_gid_index(tmp_path):
+    env = build_env(discovered_node("ib_with_frontend", tmp_path), SRC)["env"]
+    assert "NVSHMEM_IB_GID_INDEX" not in env and env["NVSHMEM_HCA_PREFIX"] == "mlx5"
+
+
+def test_no_nics_leaves_ibgda_out(tmp_path):
+    result = build_env(discovered_node("h200_no_nics", tmp_path), SRC, extra={"NCCL_NVLS_ENABLE": "0"})
+    assert result["env"] == {"NCCL_NVLS_ENABLE": "0"}
+    assert result["ibgda"] is False and "KF36" in result["notes"][0]
+    forced = build_env(discovered_node("h200_no_nics", tmp_path / "b"), SRC, force_ibgda=True)
+    assert forced["env"]["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda"
+
+
+def test_different_gid_indexes_cannot_be_one_variable(tmp_path):
+    node = discovered_node("gcp_b200", tmp_path)
+    node["rdma"]["hcas"][1]["ports"][0]["roce_v2_ipv4_gid_index"] = 5
+    with pytest.raises(EnvError, match="different RoCE v2 GID indexes .*rocep6s0:1=5"):
+        build_env(node, SRC)
+
+
+@pytest.mark.parametrize("extra, message", [({"PYTHONPATH": "/x"}, "managed by the role"),
+                                            ({"BAD-NAME": "1"}, "not a variable name")])
+def test_extra_variables_are_checked(tmp_path, extra, message):
+    with pytest.raises(EnvError, match=message):
+        build_env(discovered_node("h200_no_nics", tmp_path), SRC, extra=extra)
+
+
+def test_sourcing_twice_is_harmless(tmp_path):
+    result = build_env(discovered_node("gcp_b200", tmp_path), SRC, ld_preload="/opt/nvshmem/lib/libnvshmem_host.so.3")
+    script = tmp_path / "env.sh"
+    script.write_text("\n".join(render_lines(result)) + "\n")
+    out = subprocess.run(["bash", "-c", ". %s; . %s; echo \"$PYTHONPATH|$LD_PRELOAD|$NVSHMEM_IB_GID_INDEX\"" % (
+        script, script)], env={"PYTHONPATH": "/site", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        check=True).stdout.strip()
+    assert out == "%s:/site|/opt/nvshmem/lib/libnvshmem_host.so.3|3" % SRC
+    assert process_env(result)["PYTHONPATH"] == SRC
