@@ -347,6 +347,13 @@ class SourceBuild(object):
 
     def run(self):
         params = self.params
+        src = params["src"]
+        if self.module.check_mode and src and not os.path.exists(src):
+            # Check mode before the task that copies the source: nothing to hash yet.
+            return dict(changed=True, fingerprint=None, reason="source %s is not on the node yet" % src,
+                        install_dir=None, src_dir=None, current=self.current,
+                        previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
+                        build_seconds=None)
         digest = self.source_digest()
         patches = {os.path.basename(p): file_digest(p) for p in params["patches"] if os.path.isfile(p)}
         missing = [p for p in params["patches"] if not os.path.isfile(p)]

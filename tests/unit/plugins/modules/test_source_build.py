@@ -167,3 +167,9 @@ def test_bad_input(run_module, src, tmp_path, extra, message):
     result = build(run_module, source, tmp_path / "opt", expect_fail=True, **extra)
     assert message in result["msg"]
     assert not (tmp_path / "opt").exists()
+
+
+def test_check_mode_before_the_source_is_copied(run_module, tmp_path):
+    result = build(run_module, tmp_path / "sources" / "DeepEP.tar.gz", tmp_path / "opt", check_mode=True)
+    assert result["changed"] is True and "is not on the node yet" in result["reason"]
+    assert result["fingerprint"] is None and not (tmp_path / "opt").exists()
