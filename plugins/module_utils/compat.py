@@ -96,8 +96,8 @@ def check(facts):
             "use a DeepEP ref with PR #564 (e.g. PR #466 head) and set deepep_nvshmem_35_fix: true, or NVSHMEM <= 3.4.5"))
     families = set(facts.get("hca_families") or [])
     if nvshmem is not None and nvshmem < NVSHMEM_HCA_PREFIX_SINCE and families - {"mlx5"}:
+        found = ", ".join(sorted(families))
         problems.append(_problem(
-            "KF24", "NVSHMEM %s accepts only mlx5* HCA names; found %s" % (facts.get("nvshmem_version"),
-                                                                          ", ".join(sorted(families))),
+            "KF24", "NVSHMEM %s accepts only mlx5* HCA names; found %s" % (facts.get("nvshmem_version"), found),
             "install DOCA-OFED (renames HCAs to mlx5_*) or use NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX"))
     return {"problems": problems, "arch_list": arches, "build_env": env}

@@ -97,8 +97,8 @@ passed:
   returned: always
   type: bool
 rc:
-  description: Exit status of the test; null in check mode; -9 when killed at the timeout.
-  returned: always
+  description: Exit status of the test; -9 when killed at the timeout.
+  returned: when the test ran (not in check mode)
   type: int
 seconds:
   description: Wall time of the test.
@@ -147,7 +147,7 @@ def main():
             environment=dict(type="dict", default={}),
             timeout=dict(type="int", default=900),
             thresholds=dict(type="dict", default={}),
-            min_checks_passed=dict(type="int", default=24),
+            min_checks_passed=dict(type="int", default=24, no_log=False),
             log=dict(type="path", required=True),
             report=dict(type="path"),
         ),
@@ -155,6 +155,12 @@ def main():
     )
     p = module.params
     script = os.path.join(p["deepep_dir"], "tests", SCRIPTS[p["test"]])
+    command = [p["python"], script, "--num-processes", str(p["num_processes"])] + p["extra_args"]
+    if module.check_mode:
+        # Nothing runs in check mode; the tree may not even be built yet.
+        # No rc key: Ansible reads any rc other than 0 as a failure.
+        module.exit_json(changed=False, passed=None, seconds=None, result={}, below_thresholds=[],
+                         command=command, msg="check mode: would run %s" % " ".join(command))
     if not os.path.isfile(script):
         module.fail_json(msg="deepep_dir: %s not found; point deepep_dir at a DeepEP V1 source tree" % script)
     if p["num_processes"] < 1:
@@ -163,12 +169,8 @@ def main():
                "low_latency": {"dispatch", "combine"}}[p["test"]]
     unknown = sorted(set(p["thresholds"]) - allowed)
     if unknown:
-        module.fail_json(msg="thresholds: %s not known for %s; use %s" % (", ".join(unknown), p["test"],
-                                                                         ", ".join(sorted(allowed))))
-    command = [p["python"], script, "--num-processes", str(p["num_processes"])] + p["extra_args"]
-    if module.check_mode:
-        module.exit_json(changed=False, passed=None, rc=None, seconds=None, result={}, below_thresholds=[],
-                         command=command, msg="check mode: would run %s" % " ".join(command))
+        module.fail_json(msg="thresholds: %s not known for %s; use %s"
+                             % (", ".join(unknown), p["test"], ", ".join(sorted(allowed))))
 
     env = {key: str(value) for key, value in p["environment"].items()}
     os.makedirs(os.path.dirname(p["log"]) or ".", exist_ok=True)
@@ -189,8 +191,8 @@ def main():
     if rc != 0:
         problems.append("exit status %s%s" % (rc, " (killed after %ss)" % p["timeout"] if rc == -9 else ""))
     if p["test"] == "intranode" and parsed["checks_passed"] < p["min_checks_passed"]:
-        problems.append("%d/%d checks passed, %d required" % (parsed["checks_passed"], parsed["checks"],
-                                                             p["min_checks_passed"]))
+        problems.append("%d/%d checks passed, %d required"
+                        % (parsed["checks_passed"], parsed["checks"], p["min_checks_passed"]))
     if p["test"] == "low_latency" and len(parsed["ranks"]) != p["num_processes"]:
         problems.append("%d of %d ranks reported bandwidth" % (len(parsed["ranks"]), p["num_processes"]))
     problems.extend(misses)

@@ -334,8 +334,8 @@ class SourceBuild(object):
                           log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
             verify = self.params["verify_command"]
             if verify and self.run_logged(verify, env, src_dir, log) != 0:
-                self.fail("%s built but its verification failed; %s; see %s" % (self.params["name"], self.kept(),
-                                                                                 log_path),
+                self.fail("%s built but its verification failed; %s; see %s"
+                          % (self.params["name"], self.kept(), log_path),
                           log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
         seconds = round(time.time() - started, 1)
         stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),

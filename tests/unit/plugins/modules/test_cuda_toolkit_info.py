@@ -1,31 +1,14 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
-import json
+import pathlib
 
 from ansible_collections.moe_infra.deepep.plugins.modules import cuda_toolkit_info as module
-
-# `nvcc --version` of CUDA 13.0 as the GPU test machine prints it.
-NVCC_13 = """nvcc: NVIDIA (R) Cuda compiler driver
-Copyright (c) 2005-2025 NVIDIA Corporation
-Built on Wed_Aug_20_01:58:59_PM_PDT_2025
-Cuda compilation tools, release 13.0, V13.0.88
-Build cuda_13.0.r13.0/compiler.36424714_0
-"""
+from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home as fixture_cuda_home
 
 
 def make_cuda_home(tmp_path, cccl=True):
-    home = tmp_path / "cuda-13.0"
-    (home / "bin").mkdir(parents=True)
-    nvcc = home / "bin" / "nvcc"
-    out = tmp_path / "nvcc.out"
-    out.write_text(NVCC_13)
-    nvcc.write_text("#!/bin/sh\nexec /bin/cat '%s'\n" % out)
-    nvcc.chmod(0o755)
-    (home / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": "13.0.2"}}))
-    if cccl:
-        (home / "include" / "cccl").mkdir(parents=True)
-    return home
+    return pathlib.Path(fixture_cuda_home(tmp_path, cccl=cccl))
 
 
 def test_finds_cuda_13_with_cccl(run_module, tmp_path):

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+"""playbooks/deepep.yml end to end on fixtures: fixture sysfs (4 x H200, no NICs), a stand-in Python
+environment laid out like the GPU machine's, and the stand-in DeepEP source (tests/fixtures/deepep_src)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+
+
+@pytest.fixture
+def node(tmp_path):
+    sysfs = tmp_path / "sys"
+    machines.h200_no_nics(sysfs)
+    archive = tmp_path / "DeepEP-fixture.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(os.path.join(FIXTURES, "deepep_src"), arcname="DeepEP")
+    return {"tmp": tmp_path, "sysfs": sysfs, "archive": archive, "prefix": tmp_path / "opt",
+            "python": make_python_site(tmp_path / "venv"), "cuda": make_cuda_home(tmp_path)}
+
+
+def run(node, *extra):
+    variables = {
+        "preflight_sysfs_root": str(node["sysfs"]), "preflight_procfs_root": str(node["tmp"] / "proc"),
+        "preflight_modprobe_dir": str(node["tmp"] / "modprobe.d"), "preflight_cuda_home": node["cuda"],
+        "deepep_python": node["python"], "deepep_src": str(node["archive"]), "deepep_prefix": str(node["prefix"]),
+        "deepep_cuda_home": node["cuda"], "deepep_verify_num_processes": 2,
+        "deepep_env_extra": {"DEEPEP_FIXTURE_OUTPUT": os.path.join(FIXTURES, "deepep_output")},
+        "deepep_intranode_thresholds": {"dispatch_fp8": 240}, "deepep_low_latency_thresholds": {"dispatch": 240},
+    }
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+    cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"),
+           os.path.join(REPO, "playbooks", "deepep.yml"), "-e", json.dumps(variables)] + list(extra)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    match = re.search(r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out)
+    assert match, out
+    return proc.returncode, int(match.group(2)), out
+
+
+def test_build_env_script_tests_then_nothing_to_do(node):
+    rc, changed, out = run(node)
+    assert rc == 0, out
+    current = node["prefix"] / "deepep" / "current"
+    built = (current / "src" / "deep_ep_cpp.py").read_text()
+    # CUDA 13: the CCCL include dir goes on CPATH (KF21); the arch comes from the GPUs (0x2335 -> 9.0).
+    assert "TORCH_CUDA_ARCH_LIST = '9.0'" in built
+    assert "CPATH = '%s/include/cccl'" % node["cuda"] in built
+    # The interpreter's nvidia-nvshmem wheel is found by setup.py itself: no NVSHMEM_DIR.
+    assert "NVSHMEM_DIR = None" in built
+    script = (node["prefix"] / "env.sh").read_text()
+    assert "NVSHMEM_REMOTE_TRANSPORT" not in script and "KF36" in script
+    assert "%s/src" % current in script
+    report = json.loads((node["prefix"] / "reports" / "intranode.json").read_text())
+    assert report["passed"] is True and report["result"]["checks_passed"] == 24
+    low_latency = json.loads((node["prefix"] / "reports" / "low_latency.json").read_text())
+    assert low_latency["result"]["summary"]["min_dispatch_gbps"] == 244.47
+
+    rc, changed, out = run(node, "--skip-tags", "deepep_verify")
+    assert rc == 0 and changed == 0, out
+    assert "up to date (fingerprint" in out
+
+    make_python_site(node["tmp"] / "venv", torch="2.12.0+cu130")
+    rc, changed, out = run(node, "--skip-tags", "deepep_verify")
+    assert rc == 0 and changed == 1, out
+    assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out
+
+
+def test_check_mode_on_a_fresh_node_predicts_and_writes_nothing(node):
+    rc, changed, out = run(node, "--check")
+    assert rc == 0, out
+    assert changed >= 3  # source directory, archive copy, build, env script, report directory
+    assert "is not on the node yet" in out
+    assert not node["prefix"].exists()
+
+
+def test_v2_stops_before_building_naming_nccl(node):
+    rc, changed, out = run(node, "-e", "deepep_version=v2")
+    assert rc == 2 and changed == 0, out
+    assert "[KF31] DeepEP V2 needs NCCL >= 2.30.4; found 2.28.9" in out
+    assert not node["prefix"].exists()
+
+
+def test_bench_threshold_failure_is_reported(node):
+    rc, changed, out = run(node, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}')
+    assert rc == 2, out
+    assert "DeepEP intranode test failed: dispatch_fp8 246.63 < 255 GB/s" in out

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+"""deepep_bench against the stand-in DeepEP tree (tests/fixtures/deepep_src) printing recorded output."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_bench as module
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(FIXTURES, "deepep_src"), str(src))
+    (src / "deep_ep_cpp.py").write_text("")
+    return src
+
+
+def bench(run_module, tree, tmp_path, check_mode=False, **extra):
+    args = dict(python=sys.executable, deepep_dir=str(tree), test="intranode", num_processes=2,
+                environment={"DEEPEP_FIXTURE_OUTPUT": os.path.abspath(os.path.join(FIXTURES, "deepep_output")),
+                             "PYTHONPATH": str(tree)},
+                log=str(tmp_path / "logs" / "test.log"), report=str(tmp_path / "report.json"))
+    args.update(extra)
+    return run_module(module, args, check_mode=check_mode)
+
+
+def test_intranode_passes_and_writes_the_report(run_module, tree, tmp_path):
+    result, failed = bench(run_module, tree, tmp_path, thresholds={"dispatch_fp8": 246, "combine_bf16": 280})
+    assert not failed, result
+    assert result["passed"] is True and result["rc"] == 0 and result["changed"] is False
+    assert result["result"]["checks_passed"] == 24
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["result"]["best"]["dispatch_bf16"]["gbps"] == 339.06
+    assert "[tuning] Best combine" in (tmp_path / "logs" / "test.log").read_text()
+
+
+def test_low_latency_needs_every_rank(run_module, tree, tmp_path):
+    result, failed = bench(run_module, tree, tmp_path, test="low_latency", num_processes=4)
+    assert failed and "2 of 4 ranks reported bandwidth" in result["msg"]
+    result, failed = bench(run_module, tree, tmp_path, test="low_latency", thresholds={"combine": 358})
+    assert not failed and result["result"]["summary"]["min_combine_gbps"] == 358.6
+
+
+def test_under_threshold_fails_naming_it(run_module, tree, tmp_path):
+    result, failed = bench(run_module, tree, tmp_path, thresholds={"dispatch_fp8": 247})
+    assert failed and result["below_thresholds"] == ["dispatch_fp8 246.63 < 247 GB/s"]
+    assert json.loads((tmp_path / "report.json").read_text())["passed"] is False
+
+
+def test_a_hang_is_killed_and_fails(run_module, tree, tmp_path):
+    hang = "import time\nprint('[config] started', flush=True)\ntime.sleep(60)\n"
+    (tree / "tests" / "test_intranode.py").write_text(hang)
+    result, failed = bench(run_module, tree, tmp_path, timeout=2)
+    assert failed and result["rc"] == -9 and "killed after 2s" in result["msg"]
+
+
+def test_failing_test_fails(run_module, tree, tmp_path):
+    (tree / "deep_ep_cpp.py").unlink()
+    result, failed = bench(run_module, tree, tmp_path)
+    assert failed and "exit status 1" in result["msg"] and "0/0 checks passed" in result["msg"]
+    assert "deep_ep_cpp" in result["log_tail"]
+
+
+def test_check_mode_runs_nothing(run_module, tree, tmp_path):
+    result, failed = bench(run_module, tree / "missing", tmp_path, check_mode=True)
+    assert not failed and "rc" not in result and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"thresholds": {"dispatch": 1}}, "thresholds: dispatch not known for intranode"),
+    ({"num_processes": 0}, "num_processes: 0"),
+    ({"deepep_dir": "/nonexistent"}, "point deepep_dir at a DeepEP V1 source tree"),
+])
+def test_bad_input(run_module, tree, tmp_path, extra, message):
+    result, failed = bench(run_module, tree, tmp_path, **extra)
+    assert failed and message in result["msg"]
