@@ -24,6 +24,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import
     layer_plan,
     report_lines,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import PlanError, build_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
     deepep_mapping_string,
     nvshmem_hca_list,
@@ -90,15 +91,22 @@ def deepep_node_report(node, plan=None):
     return report_lines(node, plan if plan is not None else layer_plan(node))
 
 
-def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False):
+def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False, ld_library_path=""):
     node = _check_node(node)
     try:
-        result = build_env(node, pythonpath, ld_preload, extra, force_ibgda)
+        result = build_env(node, pythonpath, ld_preload, extra, force_ibgda, ld_library_path)
     except EnvError as exc:
         raise AnsibleFilterError(str(exc))
     result["lines"] = render_lines(result)
     result["process_env"] = process_env(result)
     return result
+
+
+def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0):
+    try:
+        return build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
+    except PlanError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 class FilterModule(object):
@@ -113,4 +121,5 @@ class FilterModule(object):
             "deepep_compat": deepep_compat,
             "deepep_env": deepep_env,
             "deepep_node_report": deepep_node_report,
+            "nvshmem_source_plan": nvshmem_source_plan,
         }

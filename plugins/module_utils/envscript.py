@@ -40,7 +40,7 @@ def mapped_gid_index(node):
     return values.pop() if values else None
 
 
-def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False):
+def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld_library_path=""):
     """{env, path_env, ibgda, notes} for the env script and the tests."""
     env, path_env, notes = {}, {}, []
     mapping = node["topology"].get("mapping", [])
@@ -67,13 +67,15 @@ def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False):
         if not NAME_RE.match(str(name)):
             raise EnvError("deepep_env_extra: %r is not a variable name" % (name,))
         if name in PATH_VARIABLES:
-            raise EnvError("deepep_env_extra: %s is managed by the role (deepep_ld_preload, the build's "
-                           "PYTHONPATH)" % name)
+            raise EnvError("deepep_env_extra: %s is managed by the role (deepep_ld_preload, "
+                           "deepep_ld_library_path, the build's PYTHONPATH)" % name)
         env[name] = str(value)
     if pythonpath:
         path_env["PYTHONPATH"] = pythonpath
     if ld_preload:
         path_env["LD_PRELOAD"] = ld_preload
+    if ld_library_path:
+        path_env["LD_LIBRARY_PATH"] = ld_library_path
     return {"env": env, "path_env": path_env, "ibgda": ibgda, "notes": notes}
 
 

@@ -136,6 +136,9 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output imp
 SCRIPTS = {"intranode": "test_intranode.py", "low_latency": "test_low_latency.py"}
 
 
+SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -173,6 +176,11 @@ def main():
                              % (", ".join(unknown), p["test"], ", ".join(sorted(allowed))))
 
     env = {key: str(value) for key, value in p["environment"].items()}
+    # Search paths are prepended to the node's own, as the env script does, never replace them.
+    for key in SEARCH_PATHS:
+        inherited = os.environ.get(key)
+        if key in env and inherited and env[key] not in inherited.split(":"):
+            env[key] = "%s:%s" % (env[key], inherited)
     os.makedirs(os.path.dirname(p["log"]) or ".", exist_ok=True)
     timeout_bin = module.get_bin_path("timeout", required=True)
     started = time.time()

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 """playbooks/deepep.yml end to end on fixtures: fixture sysfs (4 x H200, no NICs), a stand-in Python
-environment laid out like the GPU machine's, and the stand-in DeepEP source (tests/fixtures/deepep_src)."""
+environment laid out like the GPU machine's, and the stand-in DeepEP, GDRCopy and NVSHMEM sources
+(tests/fixtures/{deepep,gdrcopy,nvshmem}_src). GDRCopy's stand-in really compiles with gcc; NVSHMEM's with cmake."""
 
 from __future__ import annotations
 
@@ -26,10 +27,17 @@ PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 def node(tmp_path):
     sysfs = tmp_path / "sys"
     machines.h200_no_nics(sysfs)
-    archive = tmp_path / "DeepEP-fixture.tar.gz"
-    with tarfile.open(str(archive), "w:gz") as tar:
-        tar.add(os.path.join(FIXTURES, "deepep_src"), arcname="DeepEP")
-    return {"tmp": tmp_path, "sysfs": sysfs, "archive": archive, "prefix": tmp_path / "opt",
+    archives = {}
+    for name, fixture, top in (("deepep", "deepep_src", "DeepEP"), ("gdrcopy", "gdrcopy_src", "gdrcopy"),
+                               ("nvshmem", "nvshmem_src", "nvshmem")):
+        archives[name] = tmp_path / ("%s-fixture.tar.gz" % top if name != "nvshmem" else "nvshmem-3.5.19-1.tar.gz")
+        with tarfile.open(str(archives[name]), "w:gz") as tar:
+            tar.add(os.path.join(FIXTURES, fixture), arcname=top)
+    rdma_include = tmp_path / "include"
+    (rdma_include / "infiniband").mkdir(parents=True)
+    (rdma_include / "infiniband" / "mlx5dv.h").write_text("/* fixture: rdma-core's header is present */\n")
+    return {"tmp": tmp_path, "sysfs": sysfs, "archive": archives["deepep"], "archives": archives,
+            "rdma_include": rdma_include, "prefix": tmp_path / "opt",
             "python": make_python_site(tmp_path / "venv"), "cuda": make_cuda_home(tmp_path)}
 
 
@@ -38,6 +46,9 @@ def run(node, *extra):
         "preflight_sysfs_root": str(node["sysfs"]), "preflight_procfs_root": str(node["tmp"] / "proc"),
         "preflight_modprobe_dir": str(node["tmp"] / "modprobe.d"), "preflight_cuda_home": node["cuda"],
         "deepep_python": node["python"], "deepep_src": str(node["archive"]), "deepep_prefix": str(node["prefix"]),
+        "gdrcopy_src": str(node["archives"]["gdrcopy"]), "gdrcopy_prefix": str(node["prefix"] / "gdrcopy"),
+        "nvshmem_ibgda_src": str(node["archives"]["nvshmem"]), "nvshmem_ibgda_prefix": str(node["prefix"] / "nvshmem"),
+        "nvshmem_ibgda_cuda_home": node["cuda"], "nvshmem_ibgda_rdma_include_dir": str(node["rdma_include"]),
         "deepep_cuda_home": node["cuda"], "deepep_verify_num_processes": 2,
         "deepep_env_extra": {"DEEPEP_FIXTURE_OUTPUT": os.path.join(FIXTURES, "deepep_output")},
         "deepep_intranode_thresholds": {"dispatch_fp8": 240}, "deepep_low_latency_thresholds": {"dispatch": 240},
@@ -70,6 +81,12 @@ def test_build_env_script_tests_then_nothing_to_do(node):
     low_latency = json.loads((node["prefix"] / "reports" / "low_latency.json").read_text())
     assert low_latency["result"]["summary"]["min_dispatch_gbps"] == 244.47
 
+    # GDRCopy's library was built (library only) and NVSHMEM opens it through the env script.
+    gdrcopy = os.path.realpath(str(node["prefix"] / "gdrcopy" / "current"))
+    assert os.path.islink(os.path.join(gdrcopy, "lib", "libgdrapi.so"))
+    assert os.path.isfile(os.path.join(gdrcopy, "lib", "libgdrapi.so.2.5"))
+    assert "%s/lib" % gdrcopy in script and "LD_LIBRARY_PATH" in script
+
     rc, changed, out = run(node, "--skip-tags", "deepep_verify")
     assert rc == 0 and changed == 0, out
     assert "up to date (fingerprint" in out
@@ -99,3 +116,67 @@ def test_bench_threshold_failure_is_reported(node):
     rc, changed, out = run(node, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}')
     assert rc == 2, out
     assert "DeepEP intranode test failed: dispatch_fp8 246.63 < 255 GB/s" in out
+
+
+def _nvshmem_source(node, *extra):
+    return run(node, "-e", "nvshmem_ibgda_method=source", *extra)
+
+
+def test_nvshmem_source_build_and_deepep_against_it(node):
+    rc, changed, out = _nvshmem_source(node, "--skip-tags", "deepep_verify")
+    assert rc == 0, out
+    nvshmem = os.path.realpath(str(node["prefix"] / "nvshmem" / "current"))
+    gdrcopy = os.path.realpath(str(node["prefix"] / "gdrcopy" / "current"))
+    info = subprocess.run([os.path.join(nvshmem, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
+                          check=True).stdout
+    # cmake got IBGDA on, the GPUs' arch (H200 -> 90) and the gdrcopy role's build.
+    assert "NVSHMEM_IBGDA_SUPPORT=ON" in info and "CMAKE_CUDA_ARCHITECTURES=90" in info
+    assert "NVSHMEM_USE_GDRCOPY=ON" in info
+    assert os.path.isfile(os.path.join(nvshmem, "lib", "nvshmem_transport_ibgda.so.3"))
+    assert not os.path.exists(os.path.join(nvshmem, "src", "build"))  # object tree removed after install
+    log = open(os.path.join(nvshmem, "build.log")).read()
+    assert "-DGDRCOPY_HOME='%s'" % gdrcopy in log and "-DNVSHMEM_MPI_SUPPORT='OFF'" in log
+    # DeepEP built against it (NVSHMEM_DIR = the build's own directory) and the env script preloads its host
+    # library so torch's wheel cannot win (KF05).
+    built = (node["prefix"] / "deepep" / "current" / "src" / "deep_ep_cpp.py").read_text()
+    assert "NVSHMEM_DIR = '%s'" % nvshmem in built
+    script = (node["prefix"] / "env.sh").read_text()
+    assert "%s/lib/libnvshmem_host.so.3" % nvshmem in script and "LD_PRELOAD" in script
+
+    rc, changed, out = _nvshmem_source(node, "--skip-tags", "deepep_verify")
+    assert rc == 0 and changed == 0, out
+
+    # A torch upgrade with --tags deepep: only DeepEP rebuilds, still against the source NVSHMEM.
+    make_python_site(node["tmp"] / "venv", torch="2.12.0+cu130")
+    rc, changed, out = _nvshmem_source(node, "--tags", "deepep", "--skip-tags", "deepep_verify")
+    assert rc == 0 and changed == 1, out
+    assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out
+    assert "nvshmem_dir" not in out.split("inputs changed:", 1)[1].splitlines()[0]
+    assert os.path.realpath(str(node["prefix"] / "nvshmem" / "current")) == nvshmem
+    built = (node["prefix"] / "deepep" / "current" / "src" / "deep_ep_cpp.py").read_text()
+    assert "NVSHMEM_DIR = '%s'" % nvshmem in built
+
+
+def test_nvshmem_source_without_rdma_headers_stops_with_kf11(node):
+    (node["rdma_include"] / "infiniband" / "mlx5dv.h").unlink()
+    rc, changed, out = _nvshmem_source(node, "--skip-tags", "deepep_verify")
+    assert rc == 2, out
+    assert "[KF11]" in out and "infiniband/mlx5dv.h not found" in out
+    assert not (node["prefix"] / "nvshmem" / "builds").exists()
+
+
+def test_nvshmem_source_of_another_version_than_declared_is_refused(node):
+    rc, changed, out = _nvshmem_source(node, "--skip-tags", "deepep_verify", "-e", "nvshmem_ibgda_source_version=3.5.20")
+    assert rc == 2, out
+    assert "this source is NVSHMEM 3.5.19.0, not 3.5.20" in out
+    assert not (node["prefix"] / "nvshmem" / "current").exists()
+
+
+def test_nvshmem_3_4_5_gets_the_roce_patch(node):
+    # 3.4.5 selects the KF15 patch; the fixture tree has no ibgda.cpp, so it cannot apply and the build stops
+    # naming the patch, with nothing switched.
+    rc, changed, out = _nvshmem_source(node, "--skip-tags", "deepep_verify", "-e", "nvshmem_ibgda_source_version=3.4.5")
+    assert rc == 2, out
+    assert "ibgda-roce-ah-attr-memset.patch (KF15" in out
+    assert "patch" in out and "does not apply to nvshmem" in out
+    assert not (node["prefix"] / "nvshmem" / "current").exists()

@@ -62,3 +62,19 @@ def test_sourcing_twice_is_harmless(tmp_path):
         check=True).stdout.strip()
     assert out == "%s:/site|/opt/nvshmem/lib/libnvshmem_host.so.3|3" % SRC
     assert process_env(result)["PYTHONPATH"] == SRC
+
+
+def test_ld_library_path_is_prepended_once(tmp_path):
+    node = discovered_node("h200_no_nics", tmp_path)
+    result = build_env(node, SRC, ld_library_path="/opt/deepep/gdrcopy/builds/f00/lib")
+    assert result["path_env"]["LD_LIBRARY_PATH"] == "/opt/deepep/gdrcopy/builds/f00/lib"
+    script = tmp_path / "env.sh"
+    script.write_text("\n".join(render_lines(result)) + "\n")
+    out = subprocess.run(["bash", "-c", "LD_LIBRARY_PATH=/usr/lib/x; . %s; . %s; echo \"$LD_LIBRARY_PATH\"" % (
+        script, script)], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "/opt/deepep/gdrcopy/builds/f00/lib:/usr/lib/x"
+
+
+def test_ld_library_path_cannot_be_set_as_an_extra(tmp_path):
+    with pytest.raises(EnvError, match="deepep_ld_library_path"):
+        build_env(discovered_node("h200_no_nics", tmp_path), SRC, extra={"LD_LIBRARY_PATH": "/x"})

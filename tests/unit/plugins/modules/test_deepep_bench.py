@@ -81,3 +81,14 @@ def test_check_mode_runs_nothing(run_module, tree, tmp_path):
 def test_bad_input(run_module, tree, tmp_path, extra, message):
     result, failed = bench(run_module, tree, tmp_path, **extra)
     assert failed and message in result["msg"]
+
+
+def test_search_paths_are_prepended_to_the_nodes_own(run_module, tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/cuda/lib64")
+    dump = tmp_path / "env.txt"
+    environment = {"DEEPEP_FIXTURE_OUTPUT": os.path.abspath(os.path.join(FIXTURES, "deepep_output")),
+                   "PYTHONPATH": str(tree), "LD_LIBRARY_PATH": "/opt/deepep/gdrcopy/current/lib",
+                   "DEEPEP_FIXTURE_ENV_DUMP": str(dump)}
+    result, failed = bench(run_module, tree, tmp_path, environment=environment)
+    assert not failed, result
+    assert dump.read_text() == "/opt/deepep/gdrcopy/current/lib:/usr/local/cuda/lib64"

@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""How to build NVSHMEM with IBGDA from source (pure): the version of a source, the version-keyed patches it
+needs, the cmake options and the build and verify commands for moe_infra.deepep.source_build."""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, cmake_cuda_architectures
+
+VERSION_RE = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)(?:-(\d+))?(?!\d|\.\d)")
+OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# (patch file under roles/nvshmem_ibgda/files/patches, first version, last version, known failure, why)
+PATCHES = (
+    ("ibgda-roce-ah-attr-memset.patch", (3, 3, 20), (3, 4, 5), "KF15",
+     "uninitialised ibv_ah_attr makes ibv_create_ah fail on RoCE"),
+)
+
+# The seed's recipe (REFERENCE.md section 1): IBGDA on; MPI, SHMEM, UCX, PMIX, NCCL, tests, examples and
+# the Python bindings off. A site can override any of these with nvshmem_ibgda_cmake_options.
+BASE_OPTIONS = (
+    ("CMAKE_BUILD_TYPE", "release"),
+    ("NVSHMEM_IBGDA_SUPPORT", "ON"),
+    ("NVSHMEM_MPI_SUPPORT", "OFF"),
+    ("NVSHMEM_SHMEM_SUPPORT", "OFF"),
+    ("NVSHMEM_UCX_SUPPORT", "OFF"),
+    ("NVSHMEM_PMIX_SUPPORT", "OFF"),
+    ("NVSHMEM_USE_NCCL", "OFF"),
+    ("NVSHMEM_BUILD_TESTS", "OFF"),
+    ("NVSHMEM_BUILD_EXAMPLES", "OFF"),
+    ("NVSHMEM_BUILD_PYTHON_LIB", "OFF"),
+)
+
+
+class PlanError(ValueError):
+    """Inputs that cannot give a build."""
+
+
+def source_version(text):
+    """'v3.4.5-0', 'nvshmem_src_3.4.5-0.txz', 'nvshmem-3.5.19-1.tar.gz' -> '3.4.5'; None when absent."""
+    match = VERSION_RE.search(str(text or ""))
+    return "%s.%s.%s" % match.group(1, 2, 3) if match else None
+
+
+def _tuple(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+def patches_for(version):
+    """The patches a source of this version needs: [{name, id, why}]."""
+    key = _tuple(version)
+    return [{"name": name, "id": kf, "why": why} for name, first, last, kf, why in PATCHES if first <= key <= last]
+
+
+def _quote(value):
+    return "'%s'" % str(value).replace("'", "'\\''")
+
+
+def cmake_options(compute_caps, gdrcopy_root="", overrides=None):
+    """Ordered [(name, value)] of -D options."""
+    try:
+        architectures = cmake_cuda_architectures(compute_caps)
+    except ArchError as exc:
+        raise PlanError("nvshmem_ibgda_arch_list: %s" % exc)
+    if not architectures:
+        raise PlanError("no CUDA arch to build NVSHMEM for: run the preflight role on a GPU node or set "
+                        "nvshmem_ibgda_arch_list (e.g. ['9.0'])")
+    options = dict(BASE_OPTIONS)
+    options["CMAKE_CUDA_ARCHITECTURES"] = architectures
+    if gdrcopy_root:
+        options.update(NVSHMEM_USE_GDRCOPY="ON", GDRCOPY_HOME=gdrcopy_root)
+    else:
+        options["NVSHMEM_USE_GDRCOPY"] = "OFF"
+    for name, value in (overrides or {}).items():
+        if not OPTION_NAME_RE.match(str(name)):
+            raise PlanError("nvshmem_ibgda_cmake_options: %r is not a cmake variable name" % (name,))
+        if name in ("CMAKE_INSTALL_PREFIX", "CMAKE_CUDA_COMPILER"):
+            raise PlanError("nvshmem_ibgda_cmake_options: %s is set by the role (the versioned build directory, "
+                            "nvshmem_ibgda_cuda_home)" % name)
+        if name == "NVSHMEM_IBGDA_SUPPORT" and str(value).upper() not in ("ON", "1", "TRUE"):
+            raise PlanError("nvshmem_ibgda_cmake_options: NVSHMEM_IBGDA_SUPPORT=%s; DeepEP needs IBGDA, so it must "
+                            "stay ON (use nvshmem_ibgda_method: wheel for another NVSHMEM)" % value)
+        options[name] = str(value)
+    order = [name for name, dummy in BASE_OPTIONS] + ["CMAKE_CUDA_ARCHITECTURES", "NVSHMEM_USE_GDRCOPY", "GDRCOPY_HOME"]
+    ordered = [(name, options[name]) for name in order if name in options]
+    ordered += sorted((name, value) for name, value in options.items() if name not in order)
+    return ordered
+
+
+def build_plan(source, compute_caps, version=None, gdrcopy_root="", overrides=None, jobs=0):
+    """Everything the role passes to source_build.
+
+    source: the git ref or archive name the version is read from unless `version` is given.
+    Returns {version, patches, cmake_options, build_command, verify_command}.
+    """
+    version = source_version(version) if version else source_version(source)
+    if version is None:
+        raise PlanError("cannot tell the NVSHMEM version from %r: set nvshmem_ibgda_source_version "
+                        "(e.g. '3.4.5'); the version picks the patches" % (source,))
+    options = cmake_options(compute_caps, gdrcopy_root, overrides)
+    defines = " ".join("-D%s=%s" % (name, _quote(value)) for name, value in options)
+    parallel = str(int(jobs)) if int(jobs or 0) > 0 else '"$(nproc)"'
+    build_command = "\n".join([
+        # The version decides the patches: refuse a source that is not the version they were picked for.
+        "found=$(sed -n 's/^ *VERSION \\([0-9][0-9.]*\\).*/\\1/p' CMakeLists.txt | head -n 1)",
+        'case "$found" in %s|%s.*) ;; *) echo "this source is NVSHMEM $found, not %s:'
+        ' set nvshmem_ibgda_source_version" >&2; exit 1 ;; esac' % (version, version, version),
+        'if command -v ninja >/dev/null; then generator=Ninja; else generator="Unix Makefiles"; fi',
+        'cmake -S . -B build -G "$generator" -DCMAKE_INSTALL_PREFIX="$INSTALL_DIR" '
+        '-DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" ' + defines,
+        "cmake --build build --parallel %s --target install" % parallel,
+        # The object tree is several GB and never used again.
+        "rm -rf build",
+    ])
+    verify_command = " && ".join([
+        'ls "$INSTALL_DIR"/lib/*nvshmem_transport_ibgda.so* >/dev/null',
+        'test -e "$INSTALL_DIR/lib/libnvshmem_host.so"',
+        'LD_LIBRARY_PATH="$INSTALL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$INSTALL_DIR/bin/nvshmem-info" -a'
+        ' | tee "$INSTALL_DIR/nvshmem-info.txt" | grep -Eq "NVSHMEM_IBGDA_SUPPORT=(ON|1|TRUE)"',
+    ])
+    return {
+        "version": version,
+        "patches": patches_for(version),
+        "cmake_options": dict(options),
+        "build_command": build_command,
+        "verify_command": verify_command,
+    }
