@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check as compat_check
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
     ArchError,
     cmake_cuda_architectures,
@@ -102,6 +103,10 @@ def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False
     return result
 
 
+def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
+    return torch_pin_problems(torch_version, index_url, pip_extra_args)
+
+
 def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0):
     try:
         return build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
@@ -122,4 +127,5 @@ class FilterModule(object):
             "deepep_env": deepep_env,
             "deepep_node_report": deepep_node_report,
             "nvshmem_source_plan": nvshmem_source_plan,
+            "deepep_torch_pin": deepep_torch_pin,
         }

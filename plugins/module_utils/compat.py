@@ -31,7 +31,7 @@ def _problem(kf, message, fix):
 
 
 def check(facts):
-    """facts: deepep_version ('v1'|'v2'), torch, nccl, cuda_release, cccl_include_dir, gpu_compute_caps,
+    """facts: deepep_version ('v1'|'v2'), torch, torch_cuda (CUDA torch was built with), nccl, cuda_release, cccl_include_dir, gpu_compute_caps,
     arch_list (may be empty: from the GPUs), nvshmem_version, nvshmem_35_fix (bool), hca_families.
 
     Returns {problems: [...], arch_list, build_env: {...}}.
@@ -60,6 +60,14 @@ def check(facts):
                 "KF31", "DeepEP V2 needs NCCL >= %s; found %s" % (_fmt(V2_MIN_NCCL), facts.get("nccl") or "none"),
                 "install nvidia-nccl-cu%s >= 2.30.4 into the interpreter, or set deepep_version: v1"
                 % (cuda[0] if cuda else "XX")))
+
+    torch_cuda = version_tuple(facts.get("torch_cuda"))
+    if torch_cuda is not None and cuda is not None and torch_cuda[0] != cuda[0]:
+        problems.append(_problem(
+            None, "torch %s is built for CUDA %s but the toolkit is CUDA %s: torch's extension build refuses "
+                  "mismatched major versions" % (facts.get("torch"), facts.get("torch_cuda"), facts.get("cuda_release")),
+            "pin a torch built for CUDA %d (index .../cu%d*) or point deepep_cuda_home at a CUDA %d toolkit"
+            % (cuda[0], cuda[0], torch_cuda[0])))
 
     if cuda is not None and cuda[0] >= 13 and version == "v1":
         if facts.get("cccl_include_dir"):
@@ -101,3 +109,37 @@ def check(facts):
             "KF24", "NVSHMEM %s accepts only mlx5* HCA names; found %s" % (facts.get("nvshmem_version"), found),
             "install DOCA-OFED (renames HCAs to mlx5_*) or use NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX"))
     return {"problems": problems, "arch_list": arches, "build_env": env}
+
+
+LOCAL_CUDA_TAG_RE = re.compile(r"\+(cu\d+|cpu)$")
+INDEX_TAG_RE = re.compile(r"/(cu\d+|cpu)/?$")
+
+
+def torch_pin_problems(torch_version, index_url, pip_extra_args=""):
+    """Problems with a torch pin the deepep role is to install (deepep_torch_version / deepep_torch_index_url).
+
+    The pin needs an index serving its CUDA build: PyPI's default torch is built for one CUDA release only.
+    """
+    problems = []
+    text = str(torch_version or "").strip()
+    if not text:
+        return [_problem(None, "deepep_python is empty, so the role installs torch, but deepep_torch_version is "
+                               "empty", "set deepep_torch_version (e.g. 2.9.1+cu129) or deepep_python")]
+    if not re.match(r"^\d+\.\d+(\.\d+)?([a-z0-9.]*)?(\+[A-Za-z0-9.]+)?$", text):
+        return [_problem(None, "deepep_torch_version %r is not a version" % text,
+                         "set it like 2.9.1+cu129 (version and CUDA tag)")]
+    tag = LOCAL_CUDA_TAG_RE.search(text)
+    index = str(index_url or "").strip()
+    offline = "--find-links" in str(pip_extra_args or "") or "-f " in str(pip_extra_args or "")
+    if not index and not offline:
+        problems.append(_problem(
+            None, "torch %s pinned without an index for its CUDA build" % text,
+            "set deepep_torch_index_url, e.g. https://download.pytorch.org/whl/%s"
+            % (tag.group(1) if tag else "cu129")))
+    index_tag = INDEX_TAG_RE.search(index)
+    if tag and index_tag and tag.group(1) != index_tag.group(1):
+        problems.append(_problem(
+            None, "torch %s is a %s build but deepep_torch_index_url serves %s (%s)"
+                  % (text, tag.group(1), index_tag.group(1), index),
+            "use https://download.pytorch.org/whl/%s or change the pin" % tag.group(1)))
+    return problems

@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.wheel_index import make_wheel_index
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -180,3 +181,41 @@ def test_nvshmem_3_4_5_gets_the_roce_patch(node):
     assert "ibgda-roce-ah-attr-memset.patch (KF15" in out
     assert "patch" in out and "does not apply to nvshmem" in out
     assert not (node["prefix"] / "nvshmem" / "current").exists()
+
+
+def _role_venv(node, *extra, **pin):
+    index = make_wheel_index(node["tmp"] / "index")
+    variables = {"deepep_python": "", "deepep_venv": str(node["prefix"] / "venv"),
+                 "deepep_torch_version": pin.get("torch", "2.11.0+cu130"),
+                 "deepep_torch_index_url": pin.get("index", index),
+                 "deepep_pip_extra_args": "--index-url %s" % index}
+    return run(node, "-e", json.dumps(variables), *extra)
+
+
+def test_role_owned_venv_with_the_pinned_torch(node):
+    rc, changed, out = _role_venv(node)
+    assert rc == 0, out
+    python = node["prefix"] / "venv" / "bin" / "python"
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    for line in ("torch==2.11.0+cu130", "nvidia-nvshmem-cu13==3.4.5", "nvidia-nccl-cu13==2.28.9", "numpy==2.5.2"):
+        assert line in freeze, freeze
+    # DeepEP was built and tested with the venv's interpreter.
+    report = json.loads((node["prefix"] / "reports" / "intranode.json").read_text())
+    assert report["command"][0] == str(python) and report["passed"] is True
+
+    rc, changed, out = _role_venv(node, "--skip-tags", "deepep_verify")
+    assert rc == 0 and changed == 0, out
+
+
+def test_role_owned_venv_in_check_mode_writes_nothing(node):
+    rc, changed, out = _role_venv(node, "--check")
+    assert rc == 0, out
+    assert "the deepep role creates %s" % (node["prefix"] / "venv") in out
+    assert not (node["prefix"] / "venv").exists() and not (node["prefix"] / "deepep").exists()
+
+
+def test_torch_pin_from_an_index_of_another_cuda_build_is_refused_before_any_change(node):
+    rc, changed, out = _role_venv(node, torch="2.11.0+cu130", index="https://download.pytorch.org/whl/cu129")
+    assert rc == 2 and changed == 0, out
+    assert "torch 2.11.0+cu130 is a cu130 build but deepep_torch_index_url serves cu129" in out
+    assert not node["prefix"].exists()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check, torch_pin_problems, version_tuple
 
 # The GPU test machine: torch 2.11.0+cu130, NCCL 2.28.9, CUDA 13.0 with cccl, NVSHMEM wheel 3.4.5, H200.
-GPU_MACHINE = dict(deepep_version="v1", torch="2.11.0+cu130", nccl="2.28.9", cuda_release="13.0",
+GPU_MACHINE = dict(deepep_version="v1", torch="2.11.0+cu130", torch_cuda="13.0", nccl="2.28.9", cuda_release="13.0",
                    cccl_include_dir="/usr/local/cuda-13.0/include/cccl", gpu_compute_caps=["9.0"], arch_list=[],
                    nvshmem_version="3.4.5", nvshmem_35_fix=True, hca_families=[])
 
@@ -84,3 +84,39 @@ def test_bad_version_and_missing_torch():
                                             ("2.28.9", (2, 28, 9)), (None, None), ("", None)])
 def test_version_tuple(text, expected):
     assert version_tuple(text) == expected
+
+
+def test_torch_built_for_another_cuda_major_is_refused():
+    problems = ids(gate(torch="2.9.1+cu129", torch_cuda="12.9"))
+    assert problems == [(None, "torch 2.9.1+cu129 is built for CUDA 12.9 but the toolkit is CUDA 13.0: torch's "
+                               "extension build refuses mismatched major versions")]
+    assert ids(gate(torch_cuda="13.1")) == []
+
+
+def messages(problems):
+    return [p["message"] for p in problems]
+
+
+def test_torch_pin_with_the_index_of_its_cuda_build_passes():
+    assert torch_pin_problems("2.9.1+cu129", "https://download.pytorch.org/whl/cu129") == []
+    assert torch_pin_problems("2.11.0+cu130", "https://download.pytorch.org/whl/cu130/") == []
+    # Air-gapped: a wheel folder stands for the index.
+    assert torch_pin_problems("2.9.1+cu129", "", "--no-index --find-links /srv/wheels") == []
+
+
+@pytest.mark.parametrize("version, index, message", [
+    ("2.9.1+cu129", "", "torch 2.9.1+cu129 pinned without an index for its CUDA build"),
+    ("2.9.1+cu129", "https://download.pytorch.org/whl/cu130",
+     "torch 2.9.1+cu129 is a cu129 build but deepep_torch_index_url serves cu130 (https://download.pytorch.org/whl/cu130)"),
+    ("2.9.1", "", "torch 2.9.1 pinned without an index for its CUDA build"),
+    ("", "https://download.pytorch.org/whl/cu129", "deepep_python is empty, so the role installs torch, but "
+                                                   "deepep_torch_version is empty"),
+    ("latest", "https://download.pytorch.org/whl/cu129", "deepep_torch_version 'latest' is not a version"),
+])
+def test_bad_torch_pins(version, index, message):
+    assert messages(torch_pin_problems(version, index)) == [message]
+
+
+def test_missing_index_names_the_index_of_the_pin():
+    problem = torch_pin_problems("2.9.1+cu129", "")[0]
+    assert problem["fix"] == "set deepep_torch_index_url, e.g. https://download.pytorch.org/whl/cu129"
