@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """playbooks/deepep.yml end to end on fixtures: fixture sysfs (4 x H200, no NICs), a stand-in Python
 environment laid out like the GPU machine's, and the stand-in DeepEP, GDRCopy and NVSHMEM sources
-(tests/fixtures/{deepep,gdrcopy,nvshmem}_src). GDRCopy's stand-in really compiles with gcc; NVSHMEM's with cmake."""
+(tests/fixtures/{deepep,gdrcopy}_src, tests/fixtures/nvshmem_tree.py). GDRCopy's stand-in really compiles with gcc; NVSHMEM's with cmake."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
+from ansible_collections.moe_infra.deepep.tests.fixtures.nvshmem_tree import make_nvshmem_tree
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
 from ansible_collections.moe_infra.deepep.tests.fixtures.wheel_index import make_wheel_index
 
@@ -29,11 +30,12 @@ def node(tmp_path):
     sysfs = tmp_path / "sys"
     machines.h200_no_nics(sysfs)
     archives = {}
+    nvshmem_tree = make_nvshmem_tree(tmp_path / "nvshmem_tree")
     for name, fixture, top in (("deepep", "deepep_src", "DeepEP"), ("gdrcopy", "gdrcopy_src", "gdrcopy"),
-                               ("nvshmem", "nvshmem_src", "nvshmem")):
+                               ("nvshmem", nvshmem_tree, "nvshmem")):
         archives[name] = tmp_path / ("%s-fixture.tar.gz" % top if name != "nvshmem" else "nvshmem-3.5.19-1.tar.gz")
         with tarfile.open(str(archives[name]), "w:gz") as tar:
-            tar.add(os.path.join(FIXTURES, fixture), arcname=top)
+            tar.add(os.path.join(FIXTURES, fixture), arcname=top)  # an absolute path stays as it is
     rdma_include = tmp_path / "include"
     (rdma_include / "infiniband").mkdir(parents=True)
     (rdma_include / "infiniband" / "mlx5dv.h").write_text("/* fixture: rdma-core's header is present */\n")
