@@ -147,3 +147,22 @@ def parse_ofed_info(output):
         if line:
             return line
     return None
+
+
+MELLANOX_VENDOR = "0x15b3"
+# PCI classes of Mellanox functions that can carry RDMA: Ethernet controller, InfiniBand controller.
+RDMA_PCI_CLASSES = ("0x0200", "0x0207")
+
+
+def mellanox_pci_devices(sysfs_root):
+    """PCI addresses of Mellanox network/InfiniBand functions, whether or not a driver has bound them
+    (before DOCA, or with mlx5_ib not loaded, /sys/class/infiniband can be empty while the NICs are there)."""
+    pci_dir = os.path.join(sysfs_root, "bus", "pci", "devices")
+    found = []
+    for address in sorted(list_dir(pci_dir)):
+        device = os.path.join(pci_dir, address)
+        if (read_attr(os.path.join(device, "vendor"), "") or "").lower() != MELLANOX_VENDOR:
+            continue
+        if (read_attr(os.path.join(device, "class"), "") or "").lower()[:6] in RDMA_PCI_CLASSES:
+            found.append(address)
+    return found

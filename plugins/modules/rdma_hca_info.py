@@ -138,6 +138,15 @@ dmabuf_data_direct:
   description: Whether that header declares C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT).
   returned: always
   type: bool
+mellanox_pci_devices:
+  description:
+    - PCI addresses of Mellanox (vendor 0x15b3) Ethernet or InfiniBand functions under
+      C(<sysfs_root>/bus/pci/devices), whether or not a driver bound them. The C(doca_ofed) role uses it to tell
+      "no Mellanox hardware" from "hardware without an RDMA driver".
+  returned: always
+  type: list
+  elements: str
+  sample: ["0000:04:00.0"]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -146,6 +155,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
     discover_hcas,
     hca_prefix,
     header_has_dmabuf_data_direct,
+    mellanox_pci_devices,
     parse_ofed_info,
 )
 
@@ -175,6 +185,7 @@ def main():
         ofed_version=ofed_version(module),
         mlx5_api_header=header,
         dmabuf_data_direct=has_symbol,
+        mellanox_pci_devices=mellanox_pci_devices(module.params["sysfs_root"]),
     )
 
 

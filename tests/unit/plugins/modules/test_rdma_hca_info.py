@@ -99,3 +99,20 @@ def test_ofed_info_and_dmabuf_header(run_module, tmp_path, fake_bin):
     result = info(run_module, tmp_path / "sys", include_dirs=[str(tmp_path / "distro"), str(tmp_path / "doca")])
     assert result["mlx5_api_header"] == str(distro / "mlx5_api.h")
     assert result["dmabuf_data_direct"] is False
+
+
+def test_mellanox_pci_functions_with_and_without_a_driver(run_module, tmp_path):
+    machines.h200_unbound_nic(tmp_path / "unbound")
+    result = info(run_module, tmp_path / "unbound")
+    assert result["hcas"] == [] and result["mellanox_pci_devices"] == ["0000:01:00.0"]
+    machines.gcp_b200(tmp_path / "b200")
+    assert len(info(run_module, tmp_path / "b200")["mellanox_pci_devices"]) == 8
+    machines.h200_no_nics(tmp_path / "none")
+    assert info(run_module, tmp_path / "none")["mellanox_pci_devices"] == []
+
+
+def test_b200_after_doca_enumerates_mlx5(run_module, tmp_path):
+    machines.gcp_b200_doca(tmp_path / "sys")
+    result = info(run_module, tmp_path / "sys")
+    assert [h["name"] for h in result["hcas"]] == ["mlx5_%d" % i for i in range(8)]
+    assert result["hca_prefix"] == "mlx5"

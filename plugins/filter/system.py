@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""Pure filters for the system layers and the reboot contract (module_utils/system_layers.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import (
+    DecisionError,
+    apt_origin,
+    dkms_problems,
+    doca_decision,
+    doca_reboot_reason,
+    doca_verify_problems,
+    peermapping_decision,
+    reboot_plan,
+)
+
+
+def _dict(value, what):
+    if not isinstance(value, dict):
+        raise AnsibleFilterError("expected %s (a dict), got %r" % (what, value))
+    return value
+
+
+def nvidia_peermapping_decision(params, hca_count=0, force=False):
+    return peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
+
+
+def doca_ofed_decision(rdma, policy="auto"):
+    try:
+        return doca_decision(_dict(rdma, "rdma_hca_info's result"), policy)
+    except DecisionError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def doca_ofed_state(rdma):
+    rdma = _dict(rdma, "rdma_hca_info's result")
+    return {"reboot_reason": doca_reboot_reason(rdma), "problems": doca_verify_problems(rdma)}
+
+
+def dkms_missing(status_output, kernel, modules):
+    return dkms_problems(status_output, kernel, list(modules or []))
+
+
+def deepep_reboot_plan(reasons, policy="auto", rebooted=False):
+    try:
+        return reboot_plan(policy, _dict(reasons or {}, "{layer: reason}"), bool(rebooted))
+    except DecisionError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "nvidia_peermapping_decision": nvidia_peermapping_decision,
+            "doca_ofed_decision": doca_ofed_decision,
+            "doca_ofed_state": doca_ofed_state,
+            "dkms_missing": dkms_missing,
+            "apt_origin": apt_origin,
+            "deepep_reboot_plan": deepep_reboot_plan,
+        }
