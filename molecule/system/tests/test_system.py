@@ -49,7 +49,6 @@ def test_reboot_required_facts(name, state):
     }[name]
     assert (state["doca_ofed_reboot_required"], state["nvidia_peermapping_reboot_required"],
             state["deepep_reboot_pending"], state["nvidia_peermapping_state"]) == expected
-    assert state["deepep_rebooted"] is False
     if name == "b200-node":
         assert sorted(k for k, v in state["deepep_reboot_reasons"].items() if v) == ["doca_ofed",
                                                                                      "nvidia_peermapping"]
