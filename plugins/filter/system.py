@@ -14,6 +14,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers imp
     doca_decision,
     doca_reboot_reason,
     doca_verify_problems,
+    gdrdrv_problems,
     peermapping_decision,
     reboot_plan,
 )
@@ -52,6 +53,10 @@ def deepep_reboot_plan(reasons, policy="auto", rebooted=False):
         raise AnsibleFilterError(str(exc))
 
 
+def gdrdrv_blockers(container_markers, nvidia_src_dirs=None, kernel_headers=False):
+    return gdrdrv_problems(list(container_markers or []), list(nvidia_src_dirs or []), bool(kernel_headers))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -61,4 +66,5 @@ class FilterModule(object):
             "dkms_missing": dkms_missing,
             "apt_origin": apt_origin,
             "deepep_reboot_plan": deepep_reboot_plan,
+            "gdrdrv_blockers": gdrdrv_blockers,
         }

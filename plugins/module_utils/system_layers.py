@@ -149,3 +149,22 @@ def reboot_plan(policy, reasons, rebooted=False):
         return {"action": "pending", "layers": layers,
                 "msg": "needs a reboot (deepep_reboot=never, so not rebooted): %s" % text}
     return {"action": "reboot", "layers": layers, "msg": "rebooting once for %s" % text}
+
+
+def gdrdrv_problems(container_markers, nvidia_src_dirs, kernel_headers):
+    """Why the gdrdrv kernel module cannot be built here; [] when it can.
+
+    container_markers: marker files that exist (/run/.containerenv, /.dockerenv): a container must not carry a
+    kernel module (KF35). nvidia_src_dirs: NVIDIA kernel source dirs found (nv-p2p.h, KF10). kernel_headers:
+    whether /lib/modules/<kernel>/build exists.
+    """
+    problems = []
+    if container_markers:
+        problems.append("this is a container (%s): build gdrdrv on the host, never into the image (KF35)"
+                        % ", ".join(container_markers))
+    if not nvidia_src_dirs:
+        problems.append("no NVIDIA kernel source with nv-p2p.h under /usr/src (KF10): install "
+                        "nvidia-kernel-source-<driver branch> or set gdrcopy_nvidia_src_dir")
+    if not kernel_headers:
+        problems.append("no kernel headers for the running kernel (/lib/modules/<kernel>/build)")
+    return problems

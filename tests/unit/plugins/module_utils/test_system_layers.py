@@ -165,3 +165,10 @@ def test_reboot_plan_branches():
     assert sl.reboot_plan("auto", {"cuda": ""})["action"] == "none"
     with pytest.raises(sl.DecisionError, match="deepep_reboot: 'yes' is not one of auto, never"):
         sl.reboot_plan("yes", reasons)
+
+
+def test_gdrdrv_refused_in_containers_and_without_sources():
+    assert sl.gdrdrv_problems([], ["/usr/src/nvidia-580.95.05"], True) == []
+    problems = sl.gdrdrv_problems(["/run/.containerenv"], [], False)
+    assert [p.split(" ")[0] for p in problems] == ["this", "no", "no"]
+    assert "(KF35)" in problems[0] and "(KF10)" in problems[1]
