@@ -74,9 +74,9 @@ def doca_decision(rdma, policy="auto"):
         return {"install": False, "skip": True, "reasons": [], "installed": installed,
                 "msg": "skipped: no Mellanox hardware (no HCA under /sys/class/infiniband, no PCI vendor 0x15b3)"}
     if policy == "never":
+        would = "; would install for: " + "; ".join(reasons) if reasons else ""
         return {"install": False, "skip": True, "reasons": reasons, "installed": installed,
-                "msg": "skipped: doca_ofed_policy=never" + ("; would install for: " + "; ".join(reasons)
-                                                             if reasons else "")}
+                "msg": "skipped: doca_ofed_policy=never" + would}
     if policy == "always":
         reasons.append("doca_ofed_policy=always")
     if not reasons:

@@ -19,7 +19,7 @@ def test_kernel_module_refused_without_nvidia_source(tmp_path):
         [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
          str(play), "-e", "gdrcopy_kernel_module=true", "-e", "gdrcopy_nvidia_src_dir=%s" % (tmp_path / "nvsrc"),
          "-e", "gdrcopy_prefix=%s" % prefix, "-e", "ansible_python_interpreter=%s" % sys.executable],
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 2, result.stdout
     assert "gdrcopy_kernel_module=true but:" in result.stdout
     assert "no NVIDIA kernel source with nv-p2p.h under /usr/src (KF10)" in result.stdout

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # -*- coding: utf-8 -*-
 """FIXTURE, run at every boot of the test VM by moe-boot-fixture.service. The VM has no NVIDIA driver and no HCAs;
 this stands in for what their drivers do when they load at boot:
@@ -29,7 +28,7 @@ def modprobe_nvidia_options():
                 words = shlex.split(line, comments=True)
                 if len(words) >= 3 and words[:2] == ["options", "nvidia"]:
                     for word in words[2:]:
-                        name, _, value = word.partition("=")
+                        name, dummy, value = word.partition("=")
                         options[name] = value
     return options
 
