@@ -75,7 +75,8 @@ numpy:
   returned: always
   type: str
 deep_ep:
-  description: C(importable), C(file), C(error), C(undefined_symbol) for C(import deep_ep) run from C(/).
+  description: C(importable), C(file), C(error), C(undefined_symbol) for C(import deep_ep) run from C(/), and
+    C(nvshmem_host_loaded) (the libnvshmem_host files the process mapped; null when the import failed).
   returned: always
   type: dict
 """
@@ -84,58 +85,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-PROBE = r'''
-import glob, importlib.metadata as md, importlib.util, json, os, sys
-out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
-       "nvshmem_wheel": None, "nccl_wheel": None, "numpy": None}
-def dist(names):
-    for name in names:
-        try:
-            return name, md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return None, None
-def package_dir(module):
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
-name, version = dist(["nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12"])
-root = package_dir("nvidia.nvshmem")
-if name and root:
-    lib = os.path.join(root, "lib")
-    hosts = sorted(glob.glob(os.path.join(lib, "libnvshmem_host.so*")))
-    out["nvshmem_wheel"] = {"package": name, "version": version, "dir": root, "lib_dir": lib,
-                            "host_lib": hosts[-1] if hosts else None,
-                            "ibgda_transport": os.path.exists(os.path.join(lib, "nvshmem_transport_ibgda.so.3"))}
-name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
-if name:
-    out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl")}
-out["numpy"] = dist(["numpy"])[1]
-try:
-    import torch
-    out["torch"]["version"] = torch.__version__
-    out["torch"]["cuda"] = torch.version.cuda
-    try:
-        out["torch"]["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
-    except Exception as exc:
-        out["torch"]["nccl_error"] = str(exc)
-except Exception as exc:
-    out["torch"]["error"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(out))
-'''
-
-IMPORT_PROBE = r'''
-import json
-try:
-    import deep_ep
-    print(json.dumps({"importable": True, "file": deep_ep.__file__, "error": None}))
-except Exception as exc:
-    print(json.dumps({"importable": False, "file": None, "error": "%s: %s" % (type(exc).__name__, exc)}))
-'''
-
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE
 
 def run_probe(module, script, env):
     rc, out, err = module.run_command([module.params["python"], "-c", script], environ_update=env, cwd="/")

@@ -86,3 +86,30 @@ def test_facts_on_a_node_without_nics_reports_peermapping_not_required(tmp_path)
     assert layers["nvidia_peermapping"]["status"] == "skip"
     assert layers["doca_ofed"]["status"] == "skip"
     assert "KF36" in layers["nvshmem_ibgda"]["found"]
+
+
+def test_site_preflight_stops_on_what_no_layer_fixes(tmp_path):
+    # gdrdrv asked for, but no NVIDIA kernel source on this host: the doctor's KF10, before any change.
+    rc, out = playbook("site.yml", tmp_path, "-e", "gdrcopy_kernel_module=true", machine="gcp_b200")
+    assert rc == 2, out
+    assert "localhost: KF10 | no nv-p2p.h under /usr/src/nvidia-* | install nvidia-kernel-source-<ver>" in out
+    assert "Nothing was changed." in out
+    assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+
+
+def test_doctor_on_a_node_without_gpus(tmp_path):
+    out_dir = tmp_path / "doctor"
+    rc, out = playbook("doctor.yml", tmp_path, "-e", "doctor_report_dir=%s" % out_dir,
+                       "-e", "doctor_sysfs_root=%s doctor_procfs_root=%s doctor_modprobe_dir=%s doctor_deepep_prefix=%s"
+                       % (tmp_path / "sys", tmp_path / "proc", tmp_path / "modprobe.d", tmp_path / "opt"),
+                       machine="no_gpus")
+    assert rc == 0, out
+    report = json.loads((out_dir / "localhost-doctor.json").read_text())
+    status = dict((f["id"], f["status"]) for f in report["findings"])
+    assert status["GPUS"] == "not_applicable"
+    assert status["KF14"] == "ok"  # two IB HCAs
+    assert status["KF30"] == "not_applicable"  # one node in the inventory
+    assert report["node"] == {"hostname": report["evidence"]["hostname"], "gpu_count": 0, "hca_count": 2}
+    text = (out_dir / "localhost-doctor.txt").read_text().splitlines()
+    assert text[0].split() == ["ID", "STATUS", "EVIDENCE", "FIX"] and len(text) == len(report["findings"]) + 1
+    assert recap(out)["failed"] == 0

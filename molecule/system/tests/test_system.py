@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -107,3 +110,103 @@ def test_check_mode_predicted_what_converge_changed():
     assert check["changed"] == converge["changed"]
     assert converge["changed"]["b200-node"], "the fresh B200 node must have been changed"
     assert all(not tasks for tasks in idempotence["changed"].values()), idempotence["changed"]
+
+
+def run_playbook(playbook, *args):
+    """ansible-playbook against this scenario's inventory, without the change recorder."""
+    project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("ANSIBLE_CALLBACKS_ENABLED", "CHANGE_RECORD", "ANSIBLE_CALLBACK_PLUGINS")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=os.path.join(project, ".build", "dev"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_FORCE_COLOR="0")
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", os.path.join(EPHEMERAL, "inventory"),
+         os.path.join(project, "playbooks", playbook)] + list(args),
+        env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+# Broken fixtures for the doctor, the way users break nodes: an env script with the CPU NIC handler, a wrong
+# GID index and no GPU-to-NIC mapping (b200-node), a static IBGDA env on a node without NICs (nonic-node), and a
+# test log with the duplicate-hostname failure. Written after converge, so nothing else reads them.
+BROKEN_ENV = {
+    "b200-node": "export NVSHMEM_IBGDA_NIC_HANDLER='cpu'\nexport NVSHMEM_IB_GID_INDEX='0'\n"
+                 "export NVSHMEM_HCA_PREFIX='mlx5'\n",
+    "nonic-node": "export NVSHMEM_REMOTE_TRANSPORT='ibgda'\nexport NVSHMEM_IB_ENABLE_IBGDA='1'\n",
+}
+DOCTOR_EXPECTED = {
+    # (problems that must be found, checks that must be ok)
+    "b200-node": ({"KF01", "KF03", "KF04", "KF17", "KF20", "KF23", "KF24", "KF30"}, {"KF14", "KF33", "KF35", "KF36"}),
+    "done-node": (set(), {"KF01", "KF19", "KF20", "KF22", "KF24", "KF30", "KF33"}),
+    "nonic-node": ({"KF36"}, {"KF09", "KF21", "KF30"}),
+}
+
+
+@pytest.fixture(scope="module")
+def doctor_reports():
+    for node, text in BROKEN_ENV.items():
+        subprocess.run(["podman", "exec", node, "sh", "-c", "mkdir -p /opt/deepep && printf \"%s\" > /opt/deepep/env.sh"
+                        % text], check=True)
+    subprocess.run(["podman", "exec", "b200-node", "sh", "-c", "mkdir -p /opt/deepep/reports && echo '[rank 3] "
+                    "Fatal IPC Failure in exchange_heap_memory_handle' > /opt/deepep/reports/internode.log"], check=True)
+    out = os.path.join(EPHEMERAL, "doctor")
+    try:
+        result = run_playbook("doctor.yml", "-e", "doctor_sysfs_root=/opt/moe-fixtures/sys",
+                              "-e", '{"doctor_include_dirs": ["/opt/moe-fixtures/include", "/usr/include"]}',
+                              "-e", "doctor_procfs_root=/opt/moe-fixtures/proc", "-e", "doctor_report_dir=%s" % out)
+    finally:
+        for node in BROKEN_ENV:
+            subprocess.run(["podman", "exec", node, "rm", "-rf", "/opt/deepep/env.sh", "/opt/deepep/reports"],
+                           check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]  # read-only: never fails on findings
+    reports = {}
+    for node in DOCTOR_EXPECTED:
+        with open(os.path.join(out, node + "-doctor.json")) as handle:
+            reports[node] = json.load(handle)
+    return reports
+
+
+def test_doctor_finds_the_broken_fixtures(name, doctor_reports):
+    report = doctor_reports[name]
+    status = dict((f["id"], f["status"]) for f in report["findings"])
+    problems, healthy = DOCTOR_EXPECTED[name]
+    found = set(i for i, s in status.items() if s == "problem")
+    assert problems <= found, report["findings"]
+    assert all(status[i] == "ok" for i in healthy), dict((i, status[i]) for i in healthy)
+    assert all(f["fix"] for f in report["findings"] if f["status"] == "problem")
+    assert report["summary"]["problem"] == len(found)
+    if name == "b200-node":
+        kf30 = [f for f in report["findings"] if f["id"] == "KF30"][0]
+        assert "internode.log: [rank 3] Fatal IPC Failure" in kf30["evidence"]
+
+
+def test_doctor_changed_nothing_on_the_nodes(host, name, doctor_reports):
+    # The broken fixtures were removed again; the doctor itself wrote nothing on the node.
+    assert not host.file("/opt/deepep/env.sh").exists
+    assert not host.file("/opt/deepep/doctor").exists
+
+
+# Last in this file on purpose: it reruns the play with reboots allowed (the layers change nothing by now).
+def test_a_host_that_does_not_come_back_fails_alone(host, name):
+    if name != "b200-node":
+        pytest.skip("run once, from the node that needs the reboot")
+    # Fixture: a `shutdown` that accepts the reboot and does nothing, so the boot id never changes, like a node
+    # that hangs in firmware. The reboot module finds it first on its search path.
+    host.run("printf '#!/bin/sh\\nexit 0\\n' > /usr/local/sbin/shutdown && chmod 755 /usr/local/sbin/shutdown")
+    try:
+        result = run_playbook("system.yml", "-e", "deepep_reboot=auto", "-e", "node_reboot_timeout=20",
+                              "-e", "node_reboot_post_delay=0",
+                              "-e", "deepep_report_dir=%s" % os.path.join(EPHEMERAL, "reports-reboot"))
+    finally:
+        host.run("rm -f /usr/local/sbin/shutdown")
+    out = result.stdout + result.stderr  # the failure goes to stderr
+    assert result.returncode == 2, out[-4000:]
+    assert ("b200-node: the reboot for doca_ofed, nvidia_peermapping did not complete within 20 s" in out), out[-4000:]
+    recap = dict(re.findall(r"^(\S+-node)\s+:\s+(.*)$", out, re.M))
+    assert "failed=1" in recap["b200-node"]
+    for other in ("done-node", "nonic-node"):
+        assert "failed=0" in recap[other] and "unreachable=0" in recap[other], recap
+        # The others finished the whole play, report included.
+        assert os.path.exists(os.path.join(EPHEMERAL, "reports-reboot", other + "-system.json"))
+    # The failed host did not go on to GDRCopy or the report.
+    assert not os.path.exists(os.path.join(EPHEMERAL, "reports-reboot", "b200-node-system.json"))
+    assert not host.file("/opt/deepep/gdrcopy").exists

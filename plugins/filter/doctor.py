@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters for the doctor's report (module_utils/doctor.py): checks across the inventory and the table."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import fleet_findings, merge, summary, table
+
+
+def deepep_doctor_fleet(nodes):
+    """[{host, hostname, gpu_count, hca_count}] -> {host: [findings]} (KF30 hostnames, GPU counts)."""
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) and "host" in n for n in nodes):
+        raise AnsibleFilterError("deepep_doctor_fleet: expected a list of {host, hostname, gpu_count, hca_count}")
+    return fleet_findings(nodes)
+
+
+def deepep_doctor_report(findings, fleet=None):
+    """The node's findings with the fleet's merged in, and their summary: {findings, summary}."""
+    if not isinstance(findings, list):
+        raise AnsibleFilterError("deepep_doctor_report: expected deepep_doctor's findings (a list)")
+    merged = merge(findings, fleet or [])
+    return {"findings": merged, "summary": summary(merged)}
+
+
+def deepep_doctor_table(findings, width=60):
+    """Plain-text lines: id, status, evidence, fix."""
+    return table(findings, int(width))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "deepep_doctor_fleet": deepep_doctor_fleet,
+            "deepep_doctor_report": deepep_doctor_report,
+            "deepep_doctor_table": deepep_doctor_table,
+        }

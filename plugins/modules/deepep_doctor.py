@@ -1,0 +1,452 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: deepep_doctor
+short_description: Diagnose the known failure modes of the DeepEP stack on a node (read-only)
+version_added: "0.3.0"
+description:
+  - Reads the node's state (sysfs names, port states and GID tables, C(/proc/driver/nvidia/params) against the
+    modprobe.d conf files, loaded modules, rdma-core headers, the CUDA toolkit, the NVSHMEM build and
+    C(nvshmem-info -a), the env script, the stamps of the builds, the DeepEP build tree's owners, the
+    libnvshmem_host a Python process with torch and deep_ep really loads, container markers and capabilities,
+    C(ulimit -l)) and the logs the verification keeps, then runs one check per known failure (KF01-KF36).
+  - Every check returns C(ok), C(problem), C(not_applicable) or C(unknown) (could not tell), with the evidence
+    and the fix. Works on a machine without GPUs, where the checks that do not apply say so.
+  - Changes nothing, in check mode or not. Never fails because of what it finds.
+  - Checks across the inventory (hostnames unique, KF30; GPU counts) are the P(moe_infra.deepep.deepep_doctor_fleet#filter)
+    filter's, run by C(playbooks/doctor.yml).
+options:
+  sysfs_root:
+    description: Root of sysfs (a fixture tree in tests).
+    type: path
+    default: /sys
+  procfs_root:
+    description: Root of procfs.
+    type: path
+    default: /proc
+  root:
+    description: Root of the other paths read (C(/usr/src), library directories, container markers, dpkg status).
+    type: path
+    default: /
+  modprobe_dir:
+    description: Where the driver's C(options nvidia) conf files are.
+    type: path
+    default: /etc/modprobe.d
+  include_dirs:
+    description: Where the rdma-core headers are looked for (C(infiniband/mlx5_api.h), C(infiniband/mlx5dv.h)).
+    type: list
+    elements: path
+    default: [/usr/include]
+  cuda_home:
+    description: The CUDA toolkit to check.
+    type: path
+    default: /usr/local/cuda
+  deepep_prefix:
+    description: Prefix the deepep, nvshmem_ibgda and gdrcopy roles install under.
+    type: path
+    default: /opt/deepep
+  env_script:
+    description: The env script DeepEP processes source; empty for I(deepep_prefix)/env.sh.
+    type: str
+    default: ""
+  nvshmem_root:
+    description: NVSHMEM install to check; empty for the one DeepEP's stamp records, else I(deepep_prefix)/nvshmem/current.
+    type: str
+    default: ""
+  gdrcopy_root:
+    description: GDRCopy install to check; empty for I(deepep_prefix)/gdrcopy/current.
+    type: str
+    default: ""
+  python:
+    description:
+      - Interpreter with torch (and deep_ep) to probe; empty for I(deepep_prefix)/venv/bin/python when it exists.
+      - It imports torch and deep_ep from C(/) with the env script's variables, as a DeepEP process would.
+    type: str
+    default: ""
+  log_dirs:
+    description: Directories whose C(*.log) files are matched against the known messages; empty for
+      I(deepep_prefix)/reports.
+    type: list
+    elements: path
+    default: []
+  gdrcopy_kernel_module:
+    description: Whether the gdrdrv kernel module is wanted here (the gdrcopy role's variable).
+    type: bool
+    default: false
+  nvshmem_method:
+    description: How the nvshmem_ibgda role installs NVSHMEM (its C(nvshmem_ibgda_method)); C(source) needs the rdma-core
+      headers (KF11).
+    type: str
+    choices: [wheel, source]
+    default: wheel
+  deepep_version:
+    description: DeepEP generation configured (v1 or v2); empty for the one DeepEP's stamp records.
+    type: str
+    default: ""
+  deepep_nvshmem_35_fix:
+    description: "Whether the DeepEP ref carries PR #564/#696 (the deepep role's variable)."
+    type: bool
+    default: true
+  checks:
+    description: Ids of the checks to run (e.g. C([KF10, KF33, KF35])); empty for all.
+    type: list
+    elements: str
+    default: []
+  preflight_only:
+    description:
+      - Run only the checks for problems no layer of the site playbook fixes (gdrdrv without kernel source,
+        SR-IOV VFs, gdrdrv in a container; KF30 is the fleet filter's), so provisioning can stop before any change.
+    type: bool
+    default: false
+author:
+  - moe_infra contributors
+"""
+
+EXAMPLES = r"""
+- name: Diagnose this node
+  moe_infra.deepep.deepep_doctor:
+  register: doctor
+
+- name: Show the problems
+  ansible.builtin.debug:
+    msg: "{{ doctor.findings | selectattr('status', 'eq', 'problem') | list }}"
+"""
+
+RETURN = r"""
+findings:
+  description: One entry per check, in id order.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {id: KF20, title: PeerMappingOverride not live, status: not_applicable,
+       evidence: 'RegistryDwords: ""; no RDMA HCA, so not required', fix: "", detect: state}
+summary:
+  description: How many checks ended in each status.
+  returned: always
+  type: dict
+  sample: {ok: 12, problem: 1, not_applicable: 22, unknown: 3}
+node:
+  description: What the fleet checks need, C(hostname), C(gpu_count), C(hca_count).
+  returned: always
+  type: dict
+evidence:
+  description: Everything the checks read (for the JSON report).
+  returned: always
+  type: dict
+"""
+
+import glob
+import json
+import os
+import re
+import resource
+import shlex
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import BY_ID, CHECKS, diagnose, summary
+from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import discover_gpus
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+    effective_options,
+    format_registry_dwords,
+    live_registry_value,
+    parse_params,
+    parse_registry_dwords,
+    read_modprobe_options,
+)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
+    discover_hcas,
+    header_has_dmabuf_data_direct,
+    mellanox_pci_devices,
+)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import list_dir, read_attr
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE
+
+CAP_IPC_LOCK = 14
+LOG_TAIL_BYTES = 2 * 1024 * 1024
+LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/nvidia/lib64")
+EXPORT_RE = re.compile(r"export (\w+)=((?:'[^']*')+|[^\s;\"']+)")
+AH_ATTR_PATCH = "ibgda-roce-ah-attr-memset.patch"
+
+
+def read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def parse_env_script(path):
+    """{name: value} exported by the env script the deepep role writes (plain exports and path prepends)."""
+    text = read_attr(path)
+    if text is None:
+        return {"path": path, "exists": False, "vars": {}}
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            continue
+        for name, value in EXPORT_RE.findall(line):
+            try:
+                found[name] = shlex.split(value)[0] if value else ""
+            except (ValueError, IndexError):
+                found[name] = value
+    return {"path": path, "exists": True, "vars": found}
+
+
+def driver_params(procfs_root, modprobe_dir):
+    text = read_attr(os.path.join(procfs_root, "driver", "nvidia", "params"))
+    params, registry = parse_params(text)
+    configured = effective_options(read_modprobe_options(modprobe_dir)).get("NVreg_RegistryDwords")
+    configured_dwords = parse_registry_dwords(configured[0]) if configured else {}
+    return {
+        "driver_loaded": text is not None,
+        "registry_dwords_live": format_registry_dwords(registry),
+        "peermapping_live": live_registry_value(params, registry, "PeerMappingOverride") == 1,
+        "peermapping_configured": str(configured_dwords.get("PeerMappingOverride")) == "1",
+        "configured_in": configured[1] if configured else None,
+    }
+
+
+def cuda_info(module, cuda_home):
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    release = None
+    version = read_json(os.path.join(cuda_home, "version.json")) or {}
+    full = (version.get("cuda") or {}).get("version")
+    if full:
+        release = ".".join(full.split(".")[:2])
+    elif os.access(nvcc, os.X_OK):
+        rc, out, dummy = module.run_command([nvcc, "--version"])
+        match = re.search(r"release (\d+\.\d+)", out or "")
+        release = match.group(1) if match else None
+    cccl = os.path.join(cuda_home, "include", "cccl")
+    return {"home": cuda_home, "nvcc": nvcc if os.access(nvcc, os.X_OK) else None, "release": release,
+            "cccl": cccl if os.path.isdir(cccl) else None}
+
+
+def tree_owners(root):
+    """The DeepEP source tree's owner and the files under it (top level and build/) owned by someone else."""
+    try:
+        owner = os.stat(root).st_uid
+    except OSError:
+        return {"root": None}
+    foreign = []
+    candidates = [os.path.join(root, name) for name in list_dir(root)]
+    for base, dirs, files in os.walk(os.path.join(root, "build")):
+        candidates.extend(os.path.join(base, name) for name in dirs + files)
+        if len(candidates) > 5000:
+            break
+    for path in candidates:
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid != owner:
+            foreign.append({"path": path, "uid": uid})
+            if len(foreign) >= 5:
+                break
+    return {"root": root, "owner": owner, "foreign_owned": foreign}
+
+
+def nvshmem_info(module, root, wheel):
+    info = {"root": root or None, "version": None, "ibgda": None, "source_build": False, "patched_ah_attr": False}
+    if not root:
+        return info
+    stamp = read_json(os.path.join(root, ".moe_infra_stamp.json"))
+    if stamp:
+        inputs = stamp.get("inputs") or {}
+        info["source_build"] = stamp.get("name") == "nvshmem"
+        info["version"] = (inputs.get("inputs") or {}).get("version")
+        info["patched_ah_attr"] = AH_ATTR_PATCH in (inputs.get("patches") or {})
+    if wheel and os.path.realpath(root) == os.path.realpath(wheel.get("dir") or ""):
+        info["version"] = info["version"] or wheel.get("version")
+        info["ibgda"] = bool(wheel.get("ibgda_transport"))
+    tool = os.path.join(root, "bin", "nvshmem-info")
+    if os.access(tool, os.X_OK):
+        rc, out, dummy = module.run_command([tool, "-a"])
+        match = re.search(r"NVSHMEM_IBGDA_SUPPORT\s*[:=]?\s*(ON|OFF|\w+)", out or "")
+        if match:
+            info["ibgda"] = match.group(1) == "ON"
+        version = re.search(r"NVSHMEM v?(\d+\.\d+\.\d+)", out or "")
+        if version and not info["version"]:
+            info["version"] = version.group(1)
+    return info
+
+
+def probe_python(module, python, env_script):
+    if not python:
+        return None
+    if not os.access(python, os.X_OK):
+        return {"python": python, "error": "%s is not an executable interpreter" % python}
+    env = {"LC_ALL": "C"}
+    path_like = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CPATH")
+    for name, value in env_script["vars"].items():
+        env[name] = value + os.pathsep + os.environ[name] if name in path_like and os.environ.get(name) else value
+    out = {"python": python, "error": None}
+    for key, script in (("stack", PROBE), ("deep_ep", IMPORT_PROBE)):
+        rc, stdout, stderr = module.run_command([python, "-c", script], environ_update=env, cwd="/")
+        try:
+            result = json.loads(stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            out["error"] = "probe failed (rc %s): %s" % (rc, (stderr or stdout).strip()[-500:])
+            return out
+        if key == "stack":
+            out.update(result)
+        else:
+            result["undefined_symbol"] = bool(result["error"] and "undefined symbol" in result["error"])
+            out["deep_ep"] = result
+    return out
+
+
+def read_logs(log_dirs):
+    logs = {}
+    for directory in log_dirs:
+        for path in sorted(glob.glob(os.path.join(directory, "*.log")) + glob.glob(os.path.join(directory, "*", "*.log"))):
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(0, os.SEEK_END)
+                    handle.seek(max(0, handle.tell() - LOG_TAIL_BYTES))
+                    logs[path] = handle.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+    return logs
+
+
+def container_state(root, procfs_root):
+    markers = [m for m in (".dockerenv", "run/.containerenv") if os.path.exists(os.path.join(root, m))]
+    cgroup = read_attr(os.path.join(procfs_root, "1", "cgroup"), "") or ""
+    if re.search(r"docker|kubepods|libpod|containerd", cgroup):
+        markers.append("/proc/1/cgroup")
+    status = read_attr(os.path.join(procfs_root, "self", "status"), "") or ""
+    match = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status, re.M)
+    cap_eff = match.group(1) if match else None
+    return {"container": bool(markers), "container_markers": markers, "cap_eff": cap_eff,
+            "cap_ipc_lock": bool(cap_eff and int(cap_eff, 16) >> CAP_IPC_LOCK & 1)}
+
+
+def dpkg_installed(root, package):
+    text = read_attr(os.path.join(root, "var", "lib", "dpkg", "status"), "") or ""
+    for stanza in text.split("\n\n"):
+        if re.search(r"^Package: %s$" % re.escape(package), stanza, re.M):
+            return "Status: install ok installed" in stanza
+    return False
+
+
+def gather(module):
+    p = module.params
+    sysfs, procfs, root = p["sysfs_root"], p["procfs_root"], p["root"]
+    prefix = p["deepep_prefix"]
+    gpus = discover_gpus(sysfs)
+    hcas = discover_hcas(sysfs)
+    header, dmabuf = header_has_dmabuf_data_direct(p["include_dirs"])
+    env_script = parse_env_script(p["env_script"] or os.path.join(prefix, "env.sh"))
+    deepep_stamp = read_json(os.path.join(prefix, "deepep", "current", ".moe_infra_stamp.json"))
+    stamp_inputs = ((deepep_stamp or {}).get("inputs") or {}).get("inputs") or {}
+    python = p["python"] or (os.path.join(prefix, "venv", "bin", "python")
+                             if os.path.exists(os.path.join(prefix, "venv", "bin", "python")) else "")
+    py = probe_python(module, python, env_script)
+    nvshmem_root = p["nvshmem_root"] or stamp_inputs.get("nvshmem_dir") or (
+        os.path.join(prefix, "nvshmem", "current") if os.path.isdir(os.path.join(prefix, "nvshmem", "current")) else "")
+    gdrcopy_root = p["gdrcopy_root"] or os.path.join(prefix, "gdrcopy", "current")
+    gdrcopy_header = os.path.join(gdrcopy_root, "include", "gdrapi.h")
+    net = os.path.join(sysfs, "class", "net")
+    hca_netdevs = set(dev for hca in hcas for dev in hca["netdevs"])
+    bonded = []
+    for name in list_dir(net):
+        slaves = (read_attr(os.path.join(net, name, "bonding", "slaves"), "") or "").split()
+        bonded.extend("%s in %s" % (slave, name) for slave in slaves if slave in hca_netdevs)
+    libcuda = [path for path in [os.path.join(root, d, "libcuda.so") for d in LIB_DIRS]
+               + [os.path.join(p["cuda_home"], "lib64", "stubs", "libcuda.so")] if os.path.exists(path)]
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    evidence = {
+        "hostname": socket.gethostname(),
+        "kernel": os.uname()[2],
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "hcas": hcas,
+        "mellanox_pci": mellanox_pci_devices(sysfs),
+        "dmabuf_header": header,
+        "dmabuf_data_direct": dmabuf,
+        "mlx5dv_header": any(os.path.exists(os.path.join(d, "infiniband", "mlx5dv.h")) for d in p["include_dirs"]),
+        "ofed_version": None,
+        "driver_params": driver_params(procfs, p["modprobe_dir"]),
+        "nvidia_peermem_loaded": os.path.isdir(os.path.join(sysfs, "module", "nvidia_peermem")),
+        "cuda": cuda_info(module, p["cuda_home"]),
+        "libcuda": libcuda,
+        "env_script": env_script,
+        "deepep_stamp": deepep_stamp,
+        "deepep_version": p["deepep_version"] or stamp_inputs.get("deepep_version"),
+        "deepep_nvshmem_35_fix": p["deepep_nvshmem_35_fix"],
+        "deepep_tree": tree_owners(os.path.join(prefix, "deepep", "current", "src")),
+        "nvshmem": nvshmem_info(module, nvshmem_root, (py or {}).get("nvshmem_wheel")),
+        "gdrcopy": {"root": gdrcopy_root if os.path.isdir(gdrcopy_root) else None,
+                    "header": gdrcopy_header if os.path.exists(gdrcopy_header) else None},
+        "python": py,
+        "want_gdrdrv": p["gdrcopy_kernel_module"],
+        "nvshmem_method": p["nvshmem_method"],
+        "nv_p2p_headers": sorted(glob.glob(os.path.join(root, "usr", "src", "nvidia-*", "nvidia", "nv-p2p.h"))
+                                 + glob.glob(os.path.join(root, "usr", "src", "nvidia-*", "nv-p2p.h"))),
+        "gdrdrv_dkms_installed": dpkg_installed(root, "gdrdrv-dkms"),
+        "netdevs": list_dir(net),
+        "bonded_hcas": bonded,
+        "memlock_soft": -1 if memlock == resource.RLIM_INFINITY else memlock,
+        "logs": read_logs(p["log_dirs"] or [os.path.join(prefix, "reports")]),
+    }
+    # The process's own capabilities and cgroup: always the real /proc, even with a fixture procfs_root.
+    evidence.update(container_state(root, "/proc"))
+    ofed_info = module.get_bin_path("ofed_info")
+    if ofed_info:
+        rc, out, dummy = module.run_command([ofed_info, "-s"])
+        evidence["ofed_version"] = out.strip().splitlines()[0].rstrip(":") if rc == 0 and out.strip() else None
+    return evidence
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            sysfs_root=dict(type="path", default="/sys"),
+            procfs_root=dict(type="path", default="/proc"),
+            root=dict(type="path", default="/"),
+            modprobe_dir=dict(type="path", default="/etc/modprobe.d"),
+            include_dirs=dict(type="list", elements="path", default=["/usr/include"]),
+            cuda_home=dict(type="path", default="/usr/local/cuda"),
+            deepep_prefix=dict(type="path", default="/opt/deepep"),
+            env_script=dict(type="str", default=""),
+            nvshmem_root=dict(type="str", default=""),
+            gdrcopy_root=dict(type="str", default=""),
+            python=dict(type="str", default=""),
+            log_dirs=dict(type="list", elements="path", default=[]),
+            gdrcopy_kernel_module=dict(type="bool", default=False),
+            nvshmem_method=dict(type="str", default="wheel", choices=["wheel", "source"]),
+            deepep_version=dict(type="str", default=""),
+            deepep_nvshmem_35_fix=dict(type="bool", default=True),
+            checks=dict(type="list", elements="str", default=[]),
+            preflight_only=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    if module.params["deepep_version"] not in ("", "v1", "v2"):
+        module.fail_json(msg="deepep_version: %r is neither v1 nor v2 (or empty for the built one)"
+                             % module.params["deepep_version"])
+    unknown = sorted(set(module.params["checks"]) - set(BY_ID))
+    if unknown:
+        module.fail_json(msg="checks: unknown id(s) %s; known: %s" % (", ".join(unknown), ", ".join(BY_ID)))
+    only = module.params["checks"]
+    if module.params["preflight_only"]:
+        only = [check.id for check in CHECKS if check.preflight and (not only or check.id in only)]
+    evidence = gather(module)
+    findings = diagnose(evidence, only)
+    node = {"hostname": evidence["hostname"], "gpu_count": evidence["gpu_count"], "hca_count": len(evidence["hcas"])}
+    evidence["logs"] = sorted(evidence["logs"])  # the paths; the text stays on the node
+    module.exit_json(changed=False, findings=findings, summary=summary(findings), node=node, evidence=evidence)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+# -*- coding: utf-8 -*-
+"""Every doctor check against evidence that triggers it and evidence that does not.
+
+BASE is a healthy 8 x B200 RoCE node after the whole stack (DOCA, regkey live, NVSHMEM 3.5.19 source build with
+IBGDA, DeepEP V1 with the 3.5 fix, env script from the deepep role); each case breaks one thing the way
+KNOWN_FAILURES.md describes it."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils import doctor
+
+NVSHMEM = "/opt/deepep/nvshmem/builds/abc"
+WHEEL = "/venv/lib/python3.12/site-packages/nvidia/nvshmem"
+
+
+def _hca(index, family="mlx5", vf=False, link_layer="Ethernet"):
+    name = "mlx5_%d" % index if family == "mlx5" else "rocep%ds0" % (index * 2 + 4)
+    return {"name": name, "family": family, "netdevs": ["enp%ds0" % index], "virtual_function": vf,
+            "ports": [{"port": 1, "state": "ACTIVE", "link_layer": link_layer,
+                       "roce_v2_ipv4_gid_index": 3 if link_layer == "Ethernet" else None}]}
+
+
+BASE = {
+    "hostname": "b200-0", "kernel": "6.8.0-1015-gcp",
+    "gpus": [{"index": i, "compute_cap": "10.0"} for i in range(8)], "gpu_count": 8,
+    "hcas": [_hca(i) for i in range(8)],
+    "mellanox_pci": ["0000:%02x:00.0" % (i + 4) for i in range(8)],
+    "dmabuf_header": "/usr/include/infiniband/mlx5_api.h", "dmabuf_data_direct": True, "mlx5dv_header": True,
+    "ofed_version": "OFED-internal-25.10-1.7.1",
+    "driver_params": {"driver_loaded": True, "registry_dwords_live": "PeerMappingOverride=1;",
+                      "peermapping_live": True, "peermapping_configured": True,
+                      "configured_in": "/etc/modprobe.d/nvidia-deepep.conf"},
+    "nvidia_peermem_loaded": False,
+    "cuda": {"home": "/usr/local/cuda", "nvcc": "/usr/local/cuda/bin/nvcc", "release": "12.9", "cccl": None},
+    "libcuda": ["/usr/lib/x86_64-linux-gnu/libcuda.so"],
+    "env_script": {"path": "/opt/deepep/env.sh", "exists": True, "vars": {
+        "NVSHMEM_IB_GID_INDEX": "3", "NVSHMEM_HCA_PREFIX": "mlx5", "NVSHMEM_REMOTE_TRANSPORT": "ibgda",
+        "NVSHMEM_IBGDA_NIC_HANDLER": "gpu",
+        "DEEP_EP_DEVICE_TO_HCA_MAPPING": ",".join("%d:mlx5_%d:1" % (i, i) for i in range(8))}},
+    "deepep_stamp": {"name": "deepep", "inputs": {"inputs": {
+        "deepep_version": "v1", "torch": "2.9.1+cu129", "nvshmem": "3.5.19", "nvshmem_dir": NVSHMEM,
+        "arch_list": ["10.0"]}}},
+    "deepep_version": "v1", "deepep_nvshmem_35_fix": True,
+    "deepep_tree": {"root": "/opt/deepep/deepep/current/src", "owner": 1000, "foreign_owned": []},
+    "nvshmem": {"root": NVSHMEM, "version": "3.5.19", "ibgda": True, "source_build": True, "patched_ah_attr": False},
+    "gdrcopy": {"root": "/opt/deepep/gdrcopy/current", "header": "/opt/deepep/gdrcopy/current/include/gdrapi.h"},
+    "python": {"python": "/venv/bin/python", "error": None,
+               "torch": {"version": "2.9.1+cu129", "cuda": "12.9", "nccl": "2.27.5"},
+               "nvshmem_wheel": {"dir": WHEEL, "version": "3.3.20", "ibgda_transport": True}, "nccl_wheel": None,
+               "deep_ep": {"importable": True, "undefined_symbol": False, "error": None,
+                           "nvshmem_host_loaded": [NVSHMEM + "/lib/libnvshmem_host.so.3"]}},
+    "want_gdrdrv": False, "nv_p2p_headers": [], "gdrdrv_dkms_installed": False,
+    "netdevs": ["lo", "ens3"] + ["enp%ds0" % i for i in range(8)], "bonded_hcas": [],
+    "memlock_soft": -1, "logs": {}, "container": False, "container_markers": [], "cap_ipc_lock": False,
+    "cap_eff": "0000000000000000",
+}
+
+
+def evidence(change=None):
+    ev = copy.deepcopy(BASE)
+    if change:
+        change(ev)
+    return ev
+
+
+def env(**values):
+    def change(ev):
+        for key, value in values.items():
+            if value is None:
+                ev["env_script"]["vars"].pop(key, None)
+            else:
+                ev["env_script"]["vars"][key] = value
+    return change
+
+
+def inputs(**values):
+    return lambda ev: ev["deepep_stamp"]["inputs"]["inputs"].update(values)
+
+
+def all_of(*changes):
+    def change(ev):
+        for one in changes:
+            one(ev)
+    return change
+
+
+def rocep(ev):
+    ev["hcas"] = [_hca(i, family="rocep") for i in range(8)]
+
+
+def no_hcas(ev):
+    ev["hcas"] = []
+    ev["mellanox_pci"] = []
+
+
+def wheel_build(ev):
+    ev["deepep_stamp"]["inputs"]["inputs"]["nvshmem_dir"] = WHEEL
+    ev["nvshmem"] = {"root": WHEEL, "version": "3.3.20", "ibgda": True, "source_build": False,
+                     "patched_ah_attr": False}
+
+
+# (check id, what breaks it; None when only a log line can) for every check.
+TRIGGERS = {
+    "KF01": rocep,
+    "KF02": lambda ev: ev["gdrcopy"].update(header=None),
+    "KF03": env(DEEP_EP_DEVICE_TO_HCA_MAPPING=None),
+    "KF04": env(NVSHMEM_IBGDA_NIC_HANDLER="cpu"),
+    "KF05": lambda ev: ev["python"]["deep_ep"].update(nvshmem_host_loaded=[WHEEL + "/lib/libnvshmem_host.so.3"]),
+    "KF06": lambda ev: ev["deepep_tree"].update(foreign_owned=[{"path": "/opt/deepep/deepep/current/src/build/x",
+                                                                 "uid": 0}]),
+    "KF07": inputs(arch_list=["9.0"]),
+    "KF08": lambda ev: ev["nvshmem"].update(ibgda=False),
+    "KF09": lambda ev: ev["cuda"].update(nvcc=None, release=None),
+    "KF10": lambda ev: ev.update(want_gdrdrv=True),
+    "KF11": lambda ev: ev.update(mlx5dv_header=False, nvshmem_method="source",
+                                 nvshmem={"root": None, "version": None, "ibgda": None, "source_build": False}),
+    "KF12": lambda ev: ev.update(libcuda=[]),
+    "KF13": lambda ev: ev.update(want_gdrdrv=True, logs={"/opt/deepep/gdrcopy/current/build.log":
+                                                          "gdrdrv.c:120: error: redefinition of 'vm_flags_set'"}),
+    "KF14": lambda ev: ev.update(hcas=[]),
+    "KF15": all_of(lambda ev: ev["nvshmem"].update(version="3.4.5"), inputs(nvshmem="3.4.5")),
+    "KF16": lambda ev: ev["python"]["deep_ep"].update(nvshmem_host_loaded=[WHEEL + "/lib/libnvshmem_host.so.3"]),
+    "KF17": env(NVSHMEM_IB_GID_INDEX="0"),
+    "KF18": lambda ev: ev["python"]["torch"].update(version="2.10.0+cu129"),
+    "KF19": lambda ev: ev.update(dmabuf_data_direct=False),
+    "KF20": lambda ev: ev["driver_params"].update(registry_dwords_live="", peermapping_live=False),
+    "KF21": lambda ev: ev["cuda"].update(release="13.0", cccl=None),
+    "KF22": lambda ev: ev["driver_params"].update(peermapping_live=False),
+    "KF23": lambda ev: ev["driver_params"].update(peermapping_live=False, peermapping_configured=False),
+    "KF24": all_of(rocep, env(NVSHMEM_HCA_PREFIX=None)),
+    "KF25": lambda ev: ev.update(deepep_nvshmem_35_fix=False),
+    "KF26": lambda ev: ev.update(logs={"/opt/deepep/nvshmem/current/build.log": "ld: multiple definition of "
+                                       "`nvshmemi_ibgda_device_state_d'; first defined here"}),
+    "KF27": lambda ev: ev.update(ofed_version=None),
+    "KF28": lambda ev: ev.update(container=True, cap_ipc_lock=False),
+    "KF29": all_of(env(NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME="eth0")),
+    "KF30": lambda ev: ev.update(logs={"/opt/deepep/reports/internode.log":
+                                       "WARN: Fatal IPC Failure in exchange_heap_memory_handle"}),
+    "KF31": all_of(lambda ev: ev.update(deepep_version="v2"),
+                   lambda ev: ev["python"].update(nccl_wheel={"version": "2.28.9"})),
+    "KF32": lambda ev: ev.update(gpu_count=4, gpus=BASE["gpus"][:4]),
+    "KF33": lambda ev: ev.update(hcas=[_hca(i, vf=True) for i in range(8)]),
+    "KF34": lambda ev: ev.update(deepep_version="v2", bonded_hcas=["enp0s0 in bond0"]),
+    "KF35": lambda ev: ev.update(container=True, gdrdrv_dkms_installed=True),
+    "KF36": all_of(no_hcas),
+    "MEMLOCK": lambda ev: ev.update(memlock_soft=64 * 1024 * 1024),
+}
+
+
+def status_of(check_id, ev):
+    return doctor.run_check(doctor.BY_ID[check_id], ev)
+
+
+def test_every_check_has_a_triggering_case():
+    node_checks = set(c.id for c in doctor.CHECKS) - {"GPUS"}
+    assert node_checks == set(TRIGGERS)
+    assert set("KF%02d" % i for i in range(1, 37)) <= set(c.id for c in doctor.CHECKS)
+
+
+@pytest.mark.parametrize("check_id", sorted(TRIGGERS))
+def test_check_finds_the_problem(check_id):
+    finding = status_of(check_id, evidence(TRIGGERS[check_id]))
+    assert finding["status"] == "problem", finding
+    assert finding["fix"] and finding["evidence"]
+    assert finding["id"] == check_id and finding["title"] == doctor.BY_ID[check_id].title
+
+
+@pytest.mark.parametrize("check_id", sorted(TRIGGERS))
+def test_check_is_quiet_on_the_healthy_node(check_id):
+    finding = status_of(check_id, evidence())
+    assert finding["status"] != "problem", finding
+    assert finding["fix"] == "" or finding["status"] == "unknown"
+
+
+# Checks that say ok (not just "not a problem") on the healthy node.
+HEALTHY_OK = ["KF01", "KF02", "KF03", "KF04", "KF05", "KF06", "KF07", "KF08", "KF09", "KF11", "KF12", "KF14", "KF17",
+              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "GPUS"]
+
+
+@pytest.mark.parametrize("check_id", HEALTHY_OK)
+def test_healthy_node_is_ok(check_id):
+    assert status_of(check_id, evidence())["status"] == "ok"
+
+
+def test_kf36_is_the_h200_without_nics_case():
+    # The GPU machine of this project: no HCAs, and an env script exporting IBGDA anyway.
+    finding = status_of("KF36", evidence(no_hcas))
+    assert "exports NVSHMEM_REMOTE_TRANSPORT=ibgda, no HCA here" in finding["evidence"]
+    assert status_of("KF36", evidence(all_of(no_hcas, env(NVSHMEM_REMOTE_TRANSPORT=None))))["status"] == "ok"
+
+
+def test_kf20_names_the_state():
+    configured = status_of("KF20", evidence(lambda ev: ev["driver_params"].update(registry_dwords_live="",
+                                                                                   peermapping_live=False)))
+    assert 'RegistryDwords: ""; configured in /etc/modprobe.d/nvidia-deepep.conf, not live' in configured["evidence"]
+    assert configured["fix"].startswith("reboot")
+    absent = status_of("KF20", evidence(lambda ev: ev["driver_params"].update(
+        registry_dwords_live="", peermapping_live=False, peermapping_configured=False)))
+    assert "not configured" in absent["evidence"]
+    not_required = status_of("KF20", evidence(all_of(no_hcas, lambda ev: ev["driver_params"].update(
+        registry_dwords_live="", peermapping_live=False))))
+    assert not_required["status"] == "not_applicable" and "not required" in not_required["evidence"]
+
+
+def test_no_gpu_machine_reports_what_does_not_apply():
+    def bare(ev):
+        no_hcas(ev)
+        ev.update(gpus=[], gpu_count=0, libcuda=[], env_script={"path": "/opt/deepep/env.sh", "exists": False,
+                                                              "vars": {}},
+                  deepep_stamp=None, deepep_tree={"root": None}, python=None, deepep_version=None,
+                  gdrcopy={"root": None, "header": None},
+                  nvshmem={"root": None, "version": None, "ibgda": None, "source_build": False},
+                  driver_params={"driver_loaded": False, "registry_dwords_live": "", "peermapping_live": False,
+                                 "peermapping_configured": False, "configured_in": None})
+        ev["cuda"].update(nvcc=None, release=None)
+    findings = doctor.diagnose(evidence(bare))
+    statuses = dict((f["id"], f["status"]) for f in findings)
+    assert "problem" not in statuses.values(), [f for f in findings if f["status"] == "problem"]
+    assert statuses["GPUS"] == "not_applicable" and statuses["KF09"] == "not_applicable"
+    assert statuses["KF20"] == "not_applicable"
+
+
+def test_log_only_checks_are_unknown_without_logs_and_ok_with_clean_logs():
+    assert status_of("KF26", evidence())["status"] == "unknown"
+    clean = status_of("KF26", evidence(lambda ev: ev.update(logs={"/x/build.log": "[100%] Built target nvshmem"})))
+    assert clean["status"] == "ok" and clean["evidence"] == "no match in 1 log(s)"
+
+
+def test_a_log_line_is_the_evidence():
+    finding = status_of("KF08", evidence(lambda ev: ev.update(logs={
+        "/opt/deepep/reports/internode.log": "ok\nDeepEP error: timeout (dispatch CPU)\n"})))
+    assert finding["status"] == "problem"
+    assert finding["evidence"] == "/opt/deepep/reports/internode.log: DeepEP error: timeout (dispatch CPU)"
+
+
+def test_kf03_mapping_onto_one_nic():
+    one = env(DEEP_EP_DEVICE_TO_HCA_MAPPING=",".join("%d:mlx5_0:1" % i for i in range(8)))
+    assert status_of("KF03", evidence(one))["status"] == "problem"
+    assert status_of("KF03", evidence(env(DEEP_EP_DEVICE_TO_HCA_MAPPING=None, NVSHMEM_HCA_LIST="mlx5_0:1,mlx5_1:1"))
+                     )["status"] == "ok"
+
+
+def test_kf05_wheel_build_needs_no_preload():
+    finding = status_of("KF05", evidence(all_of(wheel_build, lambda ev: ev["python"]["deep_ep"].update(
+        nvshmem_host_loaded=[WHEEL + "/lib/libnvshmem_host.so.3"]))))
+    assert finding["status"] == "not_applicable" and "no LD_PRELOAD needed" in finding["evidence"]
+
+
+def test_kf15_patched_source_build_is_ok():
+    patched = all_of(TRIGGERS["KF15"], lambda ev: ev["nvshmem"].update(patched_ah_attr=True))
+    assert status_of("KF15", evidence(patched))["status"] == "ok"
+
+
+def test_kf24_prefix_that_matches_no_hca():
+    finding = status_of("KF24", evidence(all_of(rocep, env(NVSHMEM_HCA_PREFIX="mlx5"))))
+    assert finding["status"] == "problem" and "matches none of" in finding["evidence"]
+
+
+def test_fleet_duplicate_hostnames_and_gpu_counts():
+    nodes = [{"host": "a", "hostname": "vm", "gpu_count": 8, "hca_count": 8},
+             {"host": "b", "hostname": "vm", "gpu_count": 8, "hca_count": 8},
+             {"host": "c", "hostname": "c", "gpu_count": 4, "hca_count": 4}]
+    fleet = doctor.fleet_findings(nodes)
+    assert fleet["a"][0]["status"] == "problem" and "also b's" in fleet["a"][0]["evidence"]
+    assert fleet["c"][0]["status"] == "ok"
+    assert all(fleet[h][1]["status"] == "problem" for h in "abc")
+    fine = doctor.fleet_findings(nodes[:1] + nodes[2:3])
+    assert fine["a"][1]["status"] == "problem"  # 8 vs 4 GPUs
+    single = doctor.fleet_findings(nodes[:1])
+    assert [f["status"] for f in single["a"]] == ["not_applicable", "not_applicable"]
+
+
+def test_merge_keeps_a_problem_the_logs_showed():
+    node = doctor.diagnose(evidence(TRIGGERS["KF30"]), ["KF30", "KF01"])
+    fleet = doctor.fleet_findings([{"host": "a", "hostname": "a", "gpu_count": 8, "hca_count": 8},
+                                   {"host": "b", "hostname": "b", "gpu_count": 8, "hca_count": 8}])["a"]
+    merged = doctor.merge(node, fleet)
+    assert [f["id"] for f in merged] == ["KF01", "KF30", "GPUCOUNT"]
+    assert merged[1]["status"] == "problem"
+    healthy = doctor.merge(doctor.diagnose(evidence(), ["KF30"]), fleet)
+    assert healthy[0]["status"] == "ok" and "unique among 2 nodes" in healthy[0]["evidence"]
+
+
+def test_unknown_check_id_is_refused():
+    with pytest.raises(ValueError, match="unknown id.*KF99"):
+        doctor.diagnose(evidence(), ["KF99"])
+
+
+def test_table_and_summary():
+    findings = doctor.diagnose(evidence(TRIGGERS["KF04"]), ["KF04", "KF33"])
+    lines = doctor.table(findings, width=60)
+    assert lines[0].split() == ["ID", "STATUS", "EVIDENCE", "FIX"]
+    assert lines[1].startswith("KF04      problem        env script: NVSHMEM_IBGDA_NIC_HANDLER=cpu")
+    assert lines[1].endswith("NVSHMEM_IBGDA_NIC_HANDLER=gpu")
+    assert doctor.summary(findings) == {"ok": 1, "problem": 1, "not_applicable": 0, "unknown": 0}
+
+
+def test_readme_table_is_the_checks():
+    readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "README.md")
+    with open(readme) as handle:
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|MEMLOCK|GPUS) \|", line)]
+    assert rows == doctor.coverage()
+
+
+def test_readme_counts():
+    known = [c for c in doctor.CHECKS if c.id.startswith("KF")]
+    state = [c for c in known if c.detect == doctor.STATE]
+    assert (len(known), len(state), sum(1 for c in state if c.log_patterns)) == (36, 33, 23)
+    assert sorted(c.id for c in known if c.detect == doctor.LOG) == ["KF13", "KF26"]
+    assert [c.id for c in known if c.detect == doctor.FLEET] == ["KF30"]
+
+
+def test_kf11_only_where_a_source_build_needs_the_headers():
+    assert status_of("KF11", evidence(TRIGGERS["KF08"]))["status"] == "problem"  # built, IBGDA off
+    wheel = evidence(all_of(TRIGGERS["KF11"], lambda ev: ev.update(nvshmem_method="wheel")))
+    assert status_of("KF11", wheel)["status"] == "not_applicable"
+
+
+def test_no_env_script_yet_is_not_a_problem():
+    def missing(ev):
+        ev.update(env_script={"path": "/opt/deepep/env.sh", "exists": False, "vars": {}})
+    for check_id in ("KF03", "KF04", "KF17", "KF36"):
+        assert status_of(check_id, evidence(missing))["status"] == "not_applicable", check_id
+
+
+def test_nvshmem_not_installed_yet():
+    def fresh(ev):
+        ev.update(deepep_stamp=None, nvshmem={"root": None, "version": None, "ibgda": None})
+    assert status_of("KF15", evidence(fresh))["status"] == "not_applicable"
+    finding = status_of("KF24", evidence(all_of(fresh, rocep, env(NVSHMEM_HCA_PREFIX=None))))
+    assert finding["status"] == "not_applicable" and "no NVSHMEM installed here yet" in finding["evidence"]

@@ -1,0 +1,128 @@
+# -*- coding: utf-8 -*-
+"""deepep_doctor gathers its evidence from fixture trees laid out like the real node (sysfs, procfs, modprobe.d,
+/opt/deepep as the build roles leave it) and runs the checks on it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import render_lines
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor as module
+from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
+
+CONF = 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n'
+
+
+def write(path, text, mode=0o644):
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    with open(str(path), "w") as handle:
+        handle.write(text)
+    os.chmod(str(path), mode)
+
+
+def node(tmp_path, machine=machines.gcp_b200, registry_dwords="", conf=True):
+    machine(str(tmp_path / "sys"))
+    write_nvidia_params(str(tmp_path / "proc"), registry_dwords=registry_dwords)
+    (tmp_path / "modprobe.d").mkdir()
+    if conf:
+        write(tmp_path / "modprobe.d" / "nvidia-deepep.conf", CONF)
+    (tmp_path / "root").mkdir()
+    (tmp_path / "include").mkdir()
+    return {"sysfs_root": str(tmp_path / "sys"), "procfs_root": str(tmp_path / "proc"),
+            "modprobe_dir": str(tmp_path / "modprobe.d"), "root": str(tmp_path / "root"),
+            "include_dirs": [str(tmp_path / "include")], "cuda_home": str(tmp_path / "cuda"),
+            "deepep_prefix": str(tmp_path / "opt")}
+
+
+def doctor(run_module, args, **extra):
+    args = dict(args, **extra)
+    result, failed = run_module(module, args)
+    assert not failed, result
+    assert result["changed"] is False
+    return result, dict((f["id"], f) for f in result["findings"])
+
+
+def test_b200_before_doca_with_a_broken_env_script(run_module, tmp_path):
+    args = node(tmp_path)
+    prefix = tmp_path / "opt"
+    # The env script as the deepep role renders it (plain exports and a PYTHONPATH prepend), but edited by hand.
+    lines = render_lines({"env": {"NVSHMEM_IB_GID_INDEX": "1", "NVSHMEM_IBGDA_NIC_HANDLER": "cpu",
+                                  "NVSHMEM_HCA_PREFIX": "rocep"},
+                          "path_env": {"PYTHONPATH": str(prefix / "deepep/current/src")}})
+    write(prefix / "env.sh", "\n".join(lines) + "\n")
+    write(prefix / "reports" / "low_latency.log", "rank 0: init failed for transport: IBGDA\n")
+    result, by_id = doctor(run_module, args)
+    assert result["node"]["gpu_count"] == 8 and result["node"]["hca_count"] == 8
+    assert result["evidence"]["env_script"]["vars"]["PYTHONPATH"] == str(prefix / "deepep/current/src")
+    assert result["evidence"]["logs"] == [str(prefix / "reports" / "low_latency.log")]
+    assert by_id["KF01"]["status"] == "problem"  # rocep names, NVSHMEM version unknown
+    assert by_id["KF04"]["status"] == "problem"
+    assert by_id["KF17"]["status"] == "problem" and "RoCE v2 IPv4 GID index is [3]" in by_id["KF17"]["evidence"]
+    assert by_id["KF20"]["status"] == "problem"
+    assert 'configured in %s' % (tmp_path / "modprobe.d" / "nvidia-deepep.conf") in by_id["KF20"]["evidence"]
+    assert by_id["KF19"]["status"] == "problem"  # no mlx5_api.h in the include dir
+    assert by_id["KF03"]["status"] == "problem"  # 8 GPUs, 8 NICs, no mapping
+    assert by_id["KF14"]["status"] == "ok" and by_id["KF33"]["status"] == "ok"
+    assert by_id["KF36"]["status"] == "ok"
+    assert by_id["KF09"]["status"] == "problem"  # no toolkit at cuda_home
+    assert by_id["GPUS"]["status"] == "ok"
+    assert result["summary"]["problem"] == sum(1 for f in result["findings"] if f["status"] == "problem")
+
+
+def test_h200_without_nics_after_the_build(run_module, tmp_path):
+    args = node(tmp_path, machine=machines.h200_no_nics, conf=False)
+    prefix = tmp_path / "opt"
+    src = prefix / "deepep" / "builds" / "fp" / "src"
+    os.makedirs(str(src / "build"))
+    write(src / "build" / "deep_ep_cpp.o", "")
+    os.symlink(str(prefix / "deepep" / "builds" / "fp"), str(prefix / "deepep" / "current"))
+    stamp = {"name": "deepep", "fingerprint": "fp", "inputs": {"inputs": {
+        "deepep_version": "v1", "torch": "2.11.0+cu130", "nvshmem": "3.4.5", "nvshmem_dir": "", "arch_list": ["9.0"]}}}
+    write(prefix / "deepep" / "current" / ".moe_infra_stamp.json", json.dumps(stamp))
+    write(prefix / "env.sh", "export NVSHMEM_REMOTE_TRANSPORT='ibgda'\n")
+    os.makedirs(str(tmp_path / "cuda" / "include" / "cccl"))
+    write(tmp_path / "cuda" / "bin" / "nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n",
+          0o755)
+    result, by_id = doctor(run_module, args)
+    assert by_id["KF20"]["status"] == "not_applicable"
+    assert by_id["KF20"]["evidence"] == 'RegistryDwords: ""; no RDMA HCA, so not required'
+    assert by_id["KF36"]["status"] == "problem"  # static IBGDA env without HCAs
+    assert by_id["KF07"]["status"] == "ok" and "GPUs 9.0" in by_id["KF07"]["evidence"]
+    assert by_id["KF09"]["status"] == "ok" and "release 13.0" in by_id["KF09"]["evidence"]
+    assert by_id["KF21"]["status"] == "ok"
+    assert by_id["KF06"]["status"] == "ok"
+    for internode in ("KF01", "KF03", "KF15", "KF17", "KF22", "KF24", "KF27", "KF32", "KF33"):
+        assert by_id[internode]["status"] == "not_applicable", by_id[internode]
+    assert by_id["KF18"]["status"] == "unknown"  # no interpreter to ask which torch is installed
+
+
+def test_container_markers_and_gdrdrv_package(run_module, tmp_path):
+    args = node(tmp_path, machine=machines.no_gpus, conf=False)
+    write(tmp_path / "root" / "run" / ".containerenv", "")
+    write(tmp_path / "root" / "var" / "lib" / "dpkg" / "status",
+          "Package: gdrdrv-dkms\nStatus: install ok installed\nVersion: 2.5.1\n\nPackage: make\n"
+          "Status: install ok installed\n")
+    result, by_id = doctor(run_module, args, checks=["KF35", "KF10", "GPUS"])
+    assert [f["id"] for f in result["findings"]] == ["KF10", "KF35", "GPUS"]
+    assert by_id["KF35"]["status"] == "problem" and by_id["KF35"]["evidence"] == "container with gdrdrv-dkms installed"
+    assert by_id["GPUS"]["status"] == "not_applicable"
+
+
+def test_preflight_only_runs_what_no_layer_fixes(run_module, tmp_path):
+    args = node(tmp_path)
+    result, by_id = doctor(run_module, args, preflight_only=True, gdrcopy_kernel_module=True)
+    assert sorted(by_id) == ["KF10", "KF30", "KF33", "KF35"]
+    assert by_id["KF10"]["status"] == "problem"  # gdrdrv wanted, no nv-p2p.h under <root>/usr/src
+
+
+def test_unknown_check_refused_before_reading_anything(run_module, tmp_path):
+    result, failed = run_module(module, {"checks": ["KF01", "KF99"], "sysfs_root": str(tmp_path / "missing")})
+    assert failed
+    assert result["msg"].startswith("checks: unknown id(s) KF99; known: KF01, KF02")
+
+
+def test_bad_deepep_version_refused(run_module, tmp_path):
+    result, failed = run_module(module, {"deepep_version": "v3"})
+    assert failed and "deepep_version: 'v3' is neither v1 nor v2" in result["msg"]
