@@ -453,8 +453,8 @@ def kf35(ev):
     if not ev.get("container"):
         return NOT_APPLICABLE, "not in a container"
     if ev.get("want_gdrdrv") or ev.get("gdrdrv_dkms_installed"):
-        return PROBLEM, "container with %s" % ("gdrdrv-dkms installed" if ev.get("gdrdrv_dkms_installed")
-                                                else "gdrcopy_kernel_module=true")
+        what = "gdrdrv-dkms installed" if ev.get("gdrdrv_dkms_installed") else "gdrcopy_kernel_module=true"
+        return PROBLEM, "container with %s" % what
     return OK, "container, library only"
 
 

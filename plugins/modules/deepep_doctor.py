@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
+---
 module: deepep_doctor
 short_description: Diagnose the known failure modes of the DeepEP stack on a node (read-only)
 version_added: "0.3.0"
@@ -104,7 +105,7 @@ options:
     type: bool
     default: false
 author:
-  - moe_infra contributors
+  - moe_infra maintainers (@moe-infra)
 """
 
 EXAMPLES = r"""

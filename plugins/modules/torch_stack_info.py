@@ -87,6 +87,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE
 
+
 def run_probe(module, script, env):
     rc, out, err = module.run_command([module.params["python"], "-c", script], environ_update=env, cwd="/")
     if rc != 0:

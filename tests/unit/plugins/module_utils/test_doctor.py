@@ -112,8 +112,8 @@ TRIGGERS = {
     "KF03": env(DEEP_EP_DEVICE_TO_HCA_MAPPING=None),
     "KF04": env(NVSHMEM_IBGDA_NIC_HANDLER="cpu"),
     "KF05": lambda ev: ev["python"]["deep_ep"].update(nvshmem_host_loaded=[WHEEL + "/lib/libnvshmem_host.so.3"]),
-    "KF06": lambda ev: ev["deepep_tree"].update(foreign_owned=[{"path": "/opt/deepep/deepep/current/src/build/x",
-                                                                 "uid": 0}]),
+    "KF06": lambda ev: ev["deepep_tree"].update(
+        foreign_owned=[{"path": "/opt/deepep/deepep/current/src/build/x", "uid": 0}]),
     "KF07": inputs(arch_list=["9.0"]),
     "KF08": lambda ev: ev["nvshmem"].update(ibgda=False),
     "KF09": lambda ev: ev["cuda"].update(nvcc=None, release=None),
@@ -121,8 +121,8 @@ TRIGGERS = {
     "KF11": lambda ev: ev.update(mlx5dv_header=False, nvshmem_method="source",
                                  nvshmem={"root": None, "version": None, "ibgda": None, "source_build": False}),
     "KF12": lambda ev: ev.update(libcuda=[]),
-    "KF13": lambda ev: ev.update(want_gdrdrv=True, logs={"/opt/deepep/gdrcopy/current/build.log":
-                                                          "gdrdrv.c:120: error: redefinition of 'vm_flags_set'"}),
+    "KF13": lambda ev: ev.update(want_gdrdrv=True, logs={
+        "/opt/deepep/gdrcopy/current/build.log": "gdrdrv.c:120: error: redefinition of 'vm_flags_set'"}),
     "KF14": lambda ev: ev.update(hcas=[]),
     "KF15": all_of(lambda ev: ev["nvshmem"].update(version="3.4.5"), inputs(nvshmem="3.4.5")),
     "KF16": lambda ev: ev["python"]["deep_ep"].update(nvshmem_host_loaded=[WHEEL + "/lib/libnvshmem_host.so.3"]),
@@ -196,8 +196,8 @@ def test_kf36_is_the_h200_without_nics_case():
 
 
 def test_kf20_names_the_state():
-    configured = status_of("KF20", evidence(lambda ev: ev["driver_params"].update(registry_dwords_live="",
-                                                                                   peermapping_live=False)))
+    configured = status_of("KF20", evidence(lambda ev: ev["driver_params"].update(
+        registry_dwords_live="", peermapping_live=False)))
     assert 'RegistryDwords: ""; configured in /etc/modprobe.d/nvidia-deepep.conf, not live' in configured["evidence"]
     assert configured["fix"].startswith("reboot")
     absent = status_of("KF20", evidence(lambda ev: ev["driver_params"].update(
@@ -211,8 +211,8 @@ def test_kf20_names_the_state():
 def test_no_gpu_machine_reports_what_does_not_apply():
     def bare(ev):
         no_hcas(ev)
-        ev.update(gpus=[], gpu_count=0, libcuda=[], env_script={"path": "/opt/deepep/env.sh", "exists": False,
-                                                              "vars": {}},
+        ev.update(gpus=[], gpu_count=0, libcuda=[],
+                  env_script={"path": "/opt/deepep/env.sh", "exists": False, "vars": {}},
                   deepep_stamp=None, deepep_tree={"root": None}, python=None, deepep_version=None,
                   gdrcopy={"root": None, "header": None},
                   nvshmem={"root": None, "version": None, "ibgda": None, "source_build": False},
