@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""Validation of the site's variables before any host is touched (kubespray style). Pure: takes the variables
+as the play sees them, returns one problem per bad value, each naming the variable, the value and what is
+accepted."""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
+
+CHOICES = {
+    "deepep_version": ("v1", "v2"),
+    "nvshmem_ibgda_method": ("wheel", "source"),
+    "doca_ofed_policy": ("auto", "always", "never"),
+    "deepep_reboot": ("auto", "never"),
+    "nvidia_peermapping_initramfs": ("auto", "update-initramfs", "dracut", "none"),
+}
+CUDA_VERSIONS = ("12.9", "13.0")
+V2_MIN_TORCH = (2, 10)
+# A pinned DeepEP ref: a commit, a release tag, or a pull request head.
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+TAG_RE = re.compile(r"^v(\d+)\.\d+(\.\d+)?$")
+PULL_RE = re.compile(r"^refs/pull/\d+/head$")
+
+
+def _problem(var, value, accepted, why=""):
+    return {"var": var, "value": value, "accepted": accepted,
+            "msg": "%s: %r is not accepted%s; accepted: %s" % (var, value, " (%s)" % why if why else "", accepted)}
+
+
+def deepep_ref_generation(ref):
+    """'v1' / 'v2' for a tag, None for a commit or PR head (generation unknown from the name), False if malformed."""
+    ref = str(ref or "").strip()
+    tag = TAG_RE.match(ref)
+    if tag:
+        return "v1" if tag.group(1) == "1" else "v2"
+    if COMMIT_RE.match(ref) or PULL_RE.match(ref):
+        return None
+    return False
+
+
+def validate(site_vars):
+    """Problems with the variables the site playbook is about to use. site_vars: {name: value}; absent names
+    take the roles' defaults and are not checked."""
+    problems = []
+    for var, accepted in sorted(CHOICES.items()):
+        if var in site_vars and site_vars[var] not in accepted:
+            problems.append(_problem(var, site_vars[var], " | ".join(accepted)))
+    if "cuda_version" in site_vars and str(site_vars["cuda_version"]) not in CUDA_VERSIONS:
+        problems.append(_problem("cuda_version", site_vars["cuda_version"], " | ".join(CUDA_VERSIONS),
+                                 "a CUDA release as major.minor"))
+
+    version = site_vars.get("deepep_version", "v1")
+    if not site_vars.get("deepep_src") and "deepep_git_ref" in site_vars:
+        ref = site_vars["deepep_git_ref"]
+        generation = deepep_ref_generation(ref)
+        if generation is False:
+            problems.append(_problem("deepep_git_ref", ref, "a commit (7-40 hex digits), a tag like v1.2.1, or "
+                                     "refs/pull/<n>/head", "neither V1 nor V2-shaped; unpinned DeepEP is V2 now"))
+        elif generation and version in CHOICES["deepep_version"] and generation != version:
+            problems.append(_problem("deepep_git_ref", ref, "a %s ref for deepep_version=%s" % (version, version),
+                                     "tag of DeepEP %s" % generation.upper()))
+
+    torch = site_vars.get("deepep_torch_version")
+    role_owns_torch = not site_vars.get("deepep_python")
+    if role_owns_torch and torch is not None:
+        for problem in torch_pin_problems(torch, site_vars.get("deepep_torch_index_url", ""),
+                                          site_vars.get("deepep_pip_extra_args", "")):
+            problems.append({"var": "deepep_torch_version", "value": torch, "accepted": problem["fix"],
+                             "msg": "%s; %s" % (problem["message"], problem["fix"])})
+        pinned = version_tuple(torch)
+        if version == "v2" and pinned and pinned[:2] < V2_MIN_TORCH:
+            problems.append(_problem("deepep_torch_version", torch, "torch >= 2.10 with deepep_version=v2",
+                                     "DeepEP V2 needs torch >= 2.10"))
+        tag = re.search(r"\+cu(\d+)$", str(torch))
+        cuda = version_tuple(site_vars.get("cuda_version"))
+        if tag and cuda and int(tag.group(1)[:2]) != cuda[0]:
+            problems.append(_problem("deepep_torch_version", torch, "a torch built for CUDA %d (+cu%d*)"
+                                     % (cuda[0], cuda[0]), "its CUDA major differs from cuda_version %s"
+                                     % site_vars.get("cuda_version")))
+
+    for var in ("deepep_arch_list", "nvshmem_ibgda_arch_list"):
+        values = site_vars.get(var) or []
+        if isinstance(values, (str, int, float)):
+            values = [values]
+        for value in values:
+            try:
+                arch_list([value])
+            except ArchError as exc:
+                problems.append(_problem(var, value, "compute capabilities like 9.0 or 10.0, or GPU names",
+                                         str(exc)))
+    return problems
