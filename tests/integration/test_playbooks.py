@@ -113,3 +113,18 @@ def test_doctor_on_a_node_without_gpus(tmp_path):
     text = (out_dir / "localhost-doctor.txt").read_text().splitlines()
     assert text[0].split() == ["ID", "STATUS", "EVIDENCE", "FIX"] and len(text) == len(report["findings"]) + 1
     assert recap(out)["failed"] == 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("deepep_version=v3", "deepep_version: 'v3' is not accepted; accepted: v1 | v2"),
+    ("nvshmem_ibgda_method=pip", "nvshmem_ibgda_method: 'pip' is not accepted; accepted: wheel | source"),
+    ("deepep_git_ref=main", "deepep_git_ref: 'main' is not accepted (neither V1 nor V2-shaped"),
+    ('{"deepep_arch_list": ["sm90"]}', "deepep_arch_list: 'sm90' is not accepted"),
+])
+def test_site_refuses_bad_variables_before_touching_a_host(tmp_path, extra, message):
+    rc, out = playbook("site.yml", tmp_path, "-e", extra, machine="gcp_b200")
+    assert rc == 2, out
+    assert message in out and "Nothing was changed." in out
+    # Stopped in the validation play: discovery never ran.
+    assert "Discover NVIDIA GPUs" not in out
+    assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+"""The site's variables are refused before any host is touched, each with the variable, value and what is
+accepted; the defaults and the example inventories' values pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import deepep_ref_generation, validate
+
+GOOD = {
+    "deepep_version": "v1", "deepep_git_ref": "8a07e7e7ed57cfc63005f670d64d410cb30b061b",
+    "deepep_torch_version": "2.9.1+cu129", "deepep_torch_index_url": "https://download.pytorch.org/whl/cu129",
+    "cuda_version": "12.9", "nvshmem_ibgda_method": "source", "doca_ofed_policy": "auto", "deepep_reboot": "auto",
+    "deepep_arch_list": ["10.0"], "nvidia_peermapping_initramfs": "auto",
+}
+
+
+def problems(**changes):
+    site = dict(GOOD, **changes)
+    return validate(dict((k, v) for k, v in site.items() if v is not None))
+
+
+def test_good_values_and_empty_pass():
+    assert problems() == []
+    assert validate({}) == []
+
+
+@pytest.mark.parametrize("var, value, accepted", [
+    ("deepep_version", "v3", "v1 | v2"),
+    ("nvshmem_ibgda_method", "pip", "wheel | source"),
+    ("doca_ofed_policy", "sometimes", "auto | always | never"),
+    ("deepep_reboot", "always-if-needed", "auto | never"),
+    ("nvidia_peermapping_initramfs", "mkinitcpio", "auto | update-initramfs | dracut | none"),
+    ("cuda_version", "12", "12.9 | 13.0"),
+])
+def test_unknown_method_and_policy_names(var, value, accepted):
+    found = problems(**{var: value})
+    assert [p["var"] for p in found] == [var]
+    assert found[0]["msg"].startswith("%s: %r is not accepted" % (var, value))
+    assert found[0]["msg"].endswith("accepted: %s" % accepted)
+
+
+@pytest.mark.parametrize("ref, generation", [
+    ("8a07e7e", None), ("refs/pull/466/head", None), ("v1.2.1", "v1"), ("v2.0.0", "v2"),
+    ("main", False), ("v1", False), ("8a07e7e7ed57cfc63005f670d64d410cb30b061b0", False), ("refs/pull/x/head", False),
+])
+def test_ref_shapes(ref, generation):
+    assert deepep_ref_generation(ref) == generation
+
+
+def test_ref_that_is_neither_v1_nor_v2_shaped():
+    found = problems(deepep_git_ref="main")
+    assert found[0]["var"] == "deepep_git_ref" and "neither V1 nor V2-shaped" in found[0]["msg"]
+    mismatch = problems(deepep_git_ref="v1.2.1", deepep_version="v2", deepep_torch_version="2.10.0+cu129")
+    assert [p["var"] for p in mismatch] == ["deepep_git_ref"] and "tag of DeepEP V1" in mismatch[0]["msg"]
+    # An archive replaces the ref: the ref is not used, so not checked.
+    assert problems(deepep_git_ref="main", deepep_src="/srv/DeepEP.tar.gz") == []
+
+
+def test_v2_needs_torch_2_10():
+    found = problems(deepep_version="v2", deepep_git_ref="v2.0.0")
+    assert [p["var"] for p in found] == ["deepep_torch_version"]
+    assert "DeepEP V2 needs torch >= 2.10" in found[0]["msg"]
+    assert problems(deepep_version="v2", deepep_git_ref="v2.0.0", deepep_torch_version="2.10.0+cu129") == []
+
+
+def test_torch_pin_without_index_and_cuda_major():
+    found = problems(deepep_torch_index_url="")
+    assert found[0]["var"] == "deepep_torch_version" and "without an index for its CUDA build" in found[0]["msg"]
+    assert "https://download.pytorch.org/whl/cu129" in found[0]["msg"]
+    major = problems(cuda_version="13.0")
+    assert [p["var"] for p in major] == ["deepep_torch_version"]
+    assert "CUDA major differs from cuda_version 13.0" in major[0]["msg"]
+    # With a given interpreter the role installs no torch: the pin is not used.
+    assert problems(deepep_python="/opt/torch/.venv/bin/python3", deepep_torch_index_url="", cuda_version="13.0") == []
+
+
+@pytest.mark.parametrize("value", ["10", "sm90", "9"])
+def test_arch_that_is_not_a_cuda_arch(value):
+    found = problems(deepep_arch_list=["9.0", value])
+    assert [(p["var"], p["value"]) for p in found] == [("deepep_arch_list", value)]
+    assert "compute capabilities like 9.0 or 10.0" in found[0]["msg"]
