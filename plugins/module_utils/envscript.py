@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string
 
@@ -97,3 +98,28 @@ def process_env(result):
     merged = dict(result["env"])
     merged.update(result["path_env"])
     return merged
+
+
+EXPORT_RE = re.compile(r"export (\w+)=((?:'[^']*')+|[^\s;\"']+)")
+
+
+def parse_env_script(path):
+    """{name: value} exported by the env script the deepep role writes (plain exports and path prepends)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError):
+        text = None
+    if text is None:
+        return {"path": path, "exists": False, "vars": {}}
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            continue
+        for name, value in EXPORT_RE.findall(line):
+            try:
+                found[name] = shlex.split(value)[0] if value else ""
+            except (ValueError, IndexError):
+                found[name] = value
+    return {"path": path, "exists": True, "vars": found}

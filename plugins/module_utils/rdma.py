@@ -11,6 +11,7 @@ import re
 from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import (
     list_dir,
     read_attr,
+    read_int,
     resolve_pci_path,
 )
 
@@ -77,6 +78,9 @@ def read_port(port_dir, number):
         "rate": read_attr(os.path.join(port_dir, "rate")),
         "roce_v2_ipv4_gid_index": roce_v2_ipv4_gid_index(gids) if link_layer == "Ethernet" else None,
         "gids": gids,
+        # In units of 4 bytes, as the IB spec counts them; None where the driver exposes no counters.
+        "port_xmit_data": read_int(os.path.join(port_dir, "counters", "port_xmit_data"), base=10),
+        "port_rcv_data": read_int(os.path.join(port_dir, "counters", "port_rcv_data"), base=10),
     }
 
 

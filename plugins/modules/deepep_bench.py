@@ -32,7 +32,7 @@ options:
   test:
     description: Which test to run.
     type: str
-    choices: [intranode, low_latency]
+    choices: [intranode, internode, low_latency]
     required: true
   num_processes:
     description: Processes (one per GPU).
@@ -44,21 +44,26 @@ options:
     elements: str
     default: []
   environment:
-    description: Environment for the test (the env script's variables, C(PYTHONPATH)).
+    description: Environment for the test (the env script's variables, C(PYTHONPATH)); wins over O(env_script).
     type: dict
     default: {}
+  env_script:
+    description: An env script (the deepep role's) whose exported variables the test gets, as if sourced.
+    type: path
   timeout:
     description: Seconds before the test is killed and counted as failed (a hang is a failure).
     type: int
     default: 900
   thresholds:
     description:
-      - Minimum bandwidths in GB/s. Intranode keys C(dispatch_fp8), C(dispatch_bf16), C(combine_bf16)
-        (best of the tuning); low-latency keys C(dispatch), C(combine) (the slowest rank).
+      - Minimum bandwidths in GB/s. Intranode and internode keys C(dispatch_fp8), C(dispatch_bf16),
+        C(combine_bf16) (best of the tuning; for internode the RDMA bandwidth); low-latency keys C(dispatch),
+        C(combine) (the slowest rank).
     type: dict
     default: {}
   min_checks_passed:
-    description: Intranode only; checks that must pass (24 with the test's defaults).
+    description: Intranode only, the checks that must pass (24 with the test's defaults). Internode requires
+      every check it printed to pass, and at least one.
     type: int
     default: 24
   log:
@@ -129,11 +134,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
     below_thresholds,
+    parse_internode,
     parse_intranode,
     parse_low_latency,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
 
-SCRIPTS = {"intranode": "test_intranode.py", "low_latency": "test_low_latency.py"}
+SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py"}
+PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_latency": parse_low_latency}
 
 
 SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
@@ -148,6 +156,7 @@ def main():
             num_processes=dict(type="int", required=True),
             extra_args=dict(type="list", elements="str", default=[]),
             environment=dict(type="dict", default={}),
+            env_script=dict(type="path"),
             timeout=dict(type="int", default=900),
             thresholds=dict(type="dict", default={}),
             min_checks_passed=dict(type="int", default=24, no_log=False),
@@ -169,13 +178,21 @@ def main():
     if p["num_processes"] < 1:
         module.fail_json(msg="num_processes: %s; set it to the number of GPUs" % p["num_processes"])
     allowed = {"intranode": {"dispatch_fp8", "dispatch_bf16", "combine_bf16"},
+               "internode": {"dispatch_fp8", "dispatch_bf16", "combine_bf16"},
                "low_latency": {"dispatch", "combine"}}[p["test"]]
     unknown = sorted(set(p["thresholds"]) - allowed)
     if unknown:
         module.fail_json(msg="thresholds: %s not known for %s; use %s"
                              % (", ".join(unknown), p["test"], ", ".join(sorted(allowed))))
 
-    env = {key: str(value) for key, value in p["environment"].items()}
+    env = {}
+    if p["env_script"]:
+        script_env = parse_env_script(p["env_script"])
+        if not script_env["exists"]:
+            module.fail_json(msg="env_script: %s not found; run the deepep role first or point it at the env script"
+                                 % p["env_script"])
+        env.update(script_env["vars"])
+    env.update((key, str(value)) for key, value in p["environment"].items())
     # Search paths are prepended to the node's own, as the env script does, never replace them.
     for key in SEARCH_PATHS:
         inherited = os.environ.get(key)
@@ -193,7 +210,7 @@ def main():
         log.write(text)
     if rc in (124, 137):
         rc = -9
-    parsed = parse_intranode(text) if p["test"] == "intranode" else parse_low_latency(text)
+    parsed = PARSERS[p["test"]](text)
     misses = below_thresholds(p["test"], parsed, p["thresholds"])
     problems = []
     if rc != 0:
@@ -201,6 +218,8 @@ def main():
     if p["test"] == "intranode" and parsed["checks_passed"] < p["min_checks_passed"]:
         problems.append("%d/%d checks passed, %d required"
                         % (parsed["checks_passed"], parsed["checks"], p["min_checks_passed"]))
+    if p["test"] == "internode" and (parsed["checks"] == 0 or parsed["checks_passed"] < parsed["checks"]):
+        problems.append("%d/%d checks passed" % (parsed["checks_passed"], parsed["checks"]))
     if p["test"] == "low_latency" and len(parsed["ranks"]) != p["num_processes"]:
         problems.append("%d of %d ranks reported bandwidth" % (len(parsed["ranks"]), p["num_processes"]))
     problems.extend(misses)

@@ -147,11 +147,11 @@ import json
 import os
 import re
 import resource
-import shlex
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import BY_ID, CHECKS, diagnose, summary
+from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
 from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import discover_gpus
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
     effective_options,
@@ -172,7 +172,6 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe impor
 CAP_IPC_LOCK = 14
 LOG_TAIL_BYTES = 2 * 1024 * 1024
 LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/nvidia/lib64")
-EXPORT_RE = re.compile(r"export (\w+)=((?:'[^']*')+|[^\s;\"']+)")
 AH_ATTR_PATCH = "ibgda-roce-ah-attr-memset.patch"
 
 
@@ -182,24 +181,6 @@ def read_json(path):
             return json.load(handle)
     except (OSError, ValueError):
         return None
-
-
-def parse_env_script(path):
-    """{name: value} exported by the env script the deepep role writes (plain exports and path prepends)."""
-    text = read_attr(path)
-    if text is None:
-        return {"path": path, "exists": False, "vars": {}}
-    found = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("#"):
-            continue
-        for name, value in EXPORT_RE.findall(line):
-            try:
-                found[name] = shlex.split(value)[0] if value else ""
-            except (ValueError, IndexError):
-                found[name] = value
-    return {"path": path, "exists": True, "vars": found}
 
 
 def driver_params(procfs_root, modprobe_dir):

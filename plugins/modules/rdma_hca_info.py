@@ -116,6 +116,12 @@ hcas:
           description: Lowest GID index of type RoCE v2 holding an IPv4-mapped address; null on InfiniBand or when none.
           type: int
           sample: 3
+        port_xmit_data:
+          description: C(counters/port_xmit_data), data sent in units of 4 bytes; null without counters.
+          type: int
+        port_rcv_data:
+          description: C(counters/port_rcv_data), data received in units of 4 bytes; null without counters.
+          type: int
         gids:
           description: Non-empty GID entries with index, gid, type and netdev.
           type: list

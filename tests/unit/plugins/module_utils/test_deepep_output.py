@@ -6,6 +6,7 @@ import os
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
     below_thresholds,
+    parse_internode,
     parse_intranode,
     parse_low_latency,
 )
@@ -54,3 +55,19 @@ def test_thresholds():
         "dispatch on the slowest rank 244.47 < 250 GB/s"]
     assert below_thresholds("low_latency", parse_low_latency(""), {"combine": 1}) == [
         "combine on the slowest rank None < 1 GB/s"]
+
+
+def test_internode_output_format():
+    # internode.log follows test_internode.py's format strings (a fixture, not a recording).
+    parsed = parse_internode(recorded("internode.log"))
+    assert (parsed["checks"], parsed["checks_passed"]) == (32, 32)
+    assert parsed["best"]["dispatch_fp8"] == {"sms": 24, "nvl_chunk": 20, "rdma_chunk": 16, "us": 709.0,
+                                              "gbps": 44.72, "nvl_gbps": 146.03}
+    assert parsed["best"]["dispatch_bf16"]["gbps"] == 45.40
+    assert parsed["best"]["combine_bf16"] == {"sms": 24, "nvl_chunk": 4, "rdma_chunk": 24, "us": 1391.23,
+                                              "gbps": 44.91, "nvl_gbps": 146.65}
+    # The per-config tuning lines are not the best.
+    assert below_thresholds("internode", parsed, {"dispatch_bf16": 45, "combine_bf16": 46}) == [
+        "combine_bf16 44.91 < 46 GB/s"]
+    # The intranode parser does not take internode lines for its own (RDMA chunk in the line).
+    assert parse_intranode(recorded("internode.log"))["best"]["dispatch_bf16"] is None

@@ -92,3 +92,30 @@ def test_search_paths_are_prepended_to_the_nodes_own(run_module, tree, tmp_path,
     result, failed = bench(run_module, tree, tmp_path, environment=environment)
     assert not failed, result
     assert dump.read_text() == "/opt/deepep/gdrcopy/current/lib:/usr/local/cuda/lib64"
+
+
+def test_env_script_is_applied_and_environment_wins(run_module, tree, tmp_path):
+    script = tmp_path / "env.sh"
+    script.write_text("export PYTHONPATH='%s'\nexport DEEPEP_FIXTURE_OUTPUT='/nowhere'\n"
+                      "export DEEPEP_FIXTURE_ENV_DUMP='%s'\n" % (tree, tmp_path / "dump"))
+    result, failed = bench(run_module, tree, tmp_path, env_script=str(script), environment={
+        "DEEPEP_FIXTURE_OUTPUT": os.path.abspath(os.path.join(FIXTURES, "deepep_output"))})
+    assert not failed, result
+    assert (tmp_path / "dump").exists()  # only the env script set DEEPEP_FIXTURE_ENV_DUMP
+    result, failed = bench(run_module, tree, tmp_path, env_script=str(tmp_path / "missing.sh"))
+    assert failed and result["msg"].startswith("env_script: %s not found" % (tmp_path / "missing.sh"))
+
+
+def test_internode_needs_the_rendezvous_and_every_check(run_module, tree, tmp_path):
+    sysfs = tmp_path / "sys"
+    env = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0",
+           "DEEPEP_FIXTURE_SYSFS": str(sysfs), "PYTHONPATH": str(tree),
+           "DEEPEP_FIXTURE_OUTPUT": os.path.abspath(os.path.join(FIXTURES, "deepep_output"))}
+    result, failed = bench(run_module, tree, tmp_path, test="internode", num_processes=8, environment=env,
+                           thresholds={"dispatch_bf16": 45})
+    assert not failed, result
+    assert result["result"]["checks_passed"] == 32 and result["result"]["best"]["dispatch_bf16"]["gbps"] == 45.4
+    # Without a rendezvous the stand-in fails like torch.distributed would: no checks, a failure.
+    del env["RANK"]
+    result, failed = bench(run_module, tree, tmp_path, test="internode", num_processes=8, environment=env)
+    assert failed and "exit status 1" in result["msg"] and "0/0 checks passed" in result["msg"]

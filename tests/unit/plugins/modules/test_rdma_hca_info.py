@@ -30,7 +30,8 @@ def test_gcp_b200_rocep_names_gid_index_and_prefix(run_module, tmp_path):
     assert first["virtual_function"] is False
     port = first["ports"][0]
     assert port == {**port, "port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "link_layer": "Ethernet",
-                    "rate": "400 Gb/sec (4X NDR)", "roce_v2_ipv4_gid_index": 3}
+                    "rate": "400 Gb/sec (4X NDR)", "roce_v2_ipv4_gid_index": 3,
+                    "port_xmit_data": 1024, "port_rcv_data": 2048}
     assert [g["index"] for g in port["gids"]] == [0, 1, 2, 3]
     assert port["gids"][3]["type"] == "RoCE v2" and port["gids"][3]["netdev"] == "enp4s0"
     assert result["hca_prefix"] == "rocep"
