@@ -83,6 +83,18 @@ def validate(site_vars):
                                      % (cuda[0], cuda[0]), "its CUDA major differs from cuda_version %s"
                                      % site_vars.get("cuda_version")))
 
+    if "deepep_serial" in site_vars:
+        serial = str(site_vars["deepep_serial"]).strip()
+        match = re.match(r"^(\d+)(%?)$", serial)
+        if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(1)) > 100):
+            problems.append(_problem("deepep_serial", site_vars["deepep_serial"],
+                                     "a batch size >= 1 (e.g. 4) or a percentage 1%-100% (e.g. 25%)"))
+    if "deepep_max_fail_percentage" in site_vars:
+        value = str(site_vars["deepep_max_fail_percentage"]).strip()
+        if not value.isdigit() or int(value) > 100:
+            problems.append(_problem("deepep_max_fail_percentage", site_vars["deepep_max_fail_percentage"],
+                                     "an integer 0-100 (the share of a batch that may fail)"))
+
     for var in ("deepep_arch_list", "nvshmem_ibgda_arch_list"):
         values = site_vars.get(var) or []
         if isinstance(values, (str, int, float)):

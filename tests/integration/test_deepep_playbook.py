@@ -44,7 +44,7 @@ def node(tmp_path):
             "python": make_python_site(tmp_path / "venv"), "cuda": make_cuda_home(tmp_path)}
 
 
-def run(node, *extra):
+def run(node, *extra, playbook="deepep.yml"):
     variables = {
         "preflight_sysfs_root": str(node["sysfs"]), "preflight_procfs_root": str(node["tmp"] / "proc"),
         "preflight_modprobe_dir": str(node["tmp"] / "modprobe.d"), "preflight_cuda_home": node["cuda"],
@@ -58,7 +58,7 @@ def run(node, *extra):
     }
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
     cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"),
-           os.path.join(REPO, "playbooks", "deepep.yml"), "-e", json.dumps(variables)] + list(extra)
+           os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(variables)] + list(extra)
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     out = proc.stdout + proc.stderr
     match = re.search(r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out)
@@ -221,3 +221,42 @@ def test_torch_pin_from_an_index_of_another_cuda_build_is_refused_before_any_cha
     assert rc == 2 and changed == 0, out
     assert "torch 2.11.0+cu130 is a cu130 build but deepep_torch_index_url serves cu129" in out
     assert not node["prefix"].exists()
+
+
+def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
+    # The system layers report only (this host must not be reconfigured), on the node's fixture trees.
+    site = ["-e", "@%s" % os.path.join(REPO, "playbooks", "vars", "report-only.yml"), "-e", json.dumps({
+        "doca_ofed_sysfs_root": str(node["sysfs"]), "nvidia_peermapping_sysfs_root": str(node["sysfs"]),
+        "nvidia_peermapping_procfs_root": str(node["tmp"] / "proc"),
+        "nvidia_peermapping_modprobe_dir": str(node["tmp"] / "modprobe.d"),
+        "cuda_version": "13.0", "deepep_site_report_dir": str(node["tmp"] / "site")})]
+    rc, changed, out = run(node, *site, playbook="site.yml")
+    assert rc == 0, out
+    order = re.findall(r"^PLAY \[(.*?)\]", out, re.M)
+    assert order == ["Validate the variables (on the controller, before any host is touched)",
+                     "Preflight (read-only discovery and per-layer report)", "System layers, one reboot at most, then GDRCopy",
+                     "Report per host what the system layers left", "Preflight (read-only discovery and per-layer report)",
+                     "Check the DeepEP inputs before changing anything",
+                     "Python environment for DeepEP (the given interpreter, or a venv with the pinned torch)",
+                     "GDRCopy library", "NVSHMEM with IBGDA", "DeepEP", "Summary per host"]
+    summary = json.loads((node["tmp"] / "site" / "localhost-site.json").read_text())
+    assert summary["reboot_pending"] is False and summary["peermapping"] == "driver_not_loaded"
+    assert summary["gdrcopy"].startswith(str(node["prefix"] / "gdrcopy" / "builds"))
+    assert summary["deepep"]["fingerprint"] and len(summary["deepep"]["tests"]) == 2
+    assert "0 host(s) dropped out: none" in out and "Could not match supplied host pattern" not in out
+    # Preflight and GDRCopy ran once: the build layers' own copies saw them done.
+
+    def outcomes(task):
+        return re.findall(r"TASK \[%s\][^\n]*\n(\w+):" % re.escape(task), out)
+    assert outcomes("moe_infra.deepep.preflight : Discover NVIDIA GPUs") == ["ok", "skipping"]
+    build = "moe_infra.deepep.gdrcopy : Build the GDRCopy library (skipped when every input is unchanged)"
+    assert out.count("TASK [%s]" % build) == 2 and outcomes(build)[-1] == "skipping"
+
+    rc, changed, out = run(node, *site, "--skip-tags", "deepep_verify", playbook="site.yml")
+    assert rc == 0 and changed == 0, out
+
+    # After a torch upgrade, --tags deepep rebuilds DeepEP and touches nothing else.
+    make_python_site(node["tmp"] / "venv", torch="2.12.0+cu130")
+    rc, changed, out = run(node, *site, "--tags", "deepep", "--skip-tags", "deepep_verify", playbook="site.yml")
+    assert rc == 0 and changed == 1, out
+    assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out

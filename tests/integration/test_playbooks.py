@@ -50,7 +50,7 @@ def test_site_on_a_node_without_gpus_stops_in_preflight_and_changes_nothing(tmp_
 
 
 def test_site_on_a_gpu_node_passes_preflight(tmp_path):
-    rc, out = playbook("site.yml", tmp_path, machine="gcp_b200")
+    rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", machine="gcp_b200")
     assert rc == 0, out
     assert recap(out) == {"ok": recap(out)["ok"], "changed": 0, "unreachable": 0, "failed": 0}
 
@@ -120,6 +120,7 @@ def test_doctor_on_a_node_without_gpus(tmp_path):
     ("nvshmem_ibgda_method=pip", "nvshmem_ibgda_method: 'pip' is not accepted; accepted: wheel | source"),
     ("deepep_git_ref=main", "deepep_git_ref: 'main' is not accepted (neither V1 nor V2-shaped"),
     ('{"deepep_arch_list": ["sm90"]}', "deepep_arch_list: 'sm90' is not accepted"),
+    ("deepep_serial=0", "deepep_serial: '0' is not accepted; accepted: a batch size >= 1"),
 ])
 def test_site_refuses_bad_variables_before_touching_a_host(tmp_path, extra, message):
     rc, out = playbook("site.yml", tmp_path, "-e", extra, machine="gcp_b200")

@@ -195,7 +195,7 @@ def test_a_host_that_does_not_come_back_fails_alone(host, name):
     try:
         result = run_playbook("system.yml", "-e", "deepep_reboot=auto", "-e", "node_reboot_timeout=20",
                               "-e", "node_reboot_post_delay=0",
-                              "-e", "deepep_report_dir=%s" % os.path.join(EPHEMERAL, "reports-reboot"))
+                              "-e", "deepep_system_report_dir=%s" % os.path.join(EPHEMERAL, "reports-reboot"))
     finally:
         host.run("rm -f /usr/local/sbin/shutdown")
     out = result.stdout + result.stderr  # the failure goes to stderr

@@ -81,3 +81,16 @@ def test_arch_that_is_not_a_cuda_arch(value):
     found = problems(deepep_arch_list=["9.0", value])
     assert [(p["var"], p["value"]) for p in found] == [("deepep_arch_list", value)]
     assert "compute capabilities like 9.0 or 10.0" in found[0]["msg"]
+
+
+@pytest.mark.parametrize("var, value, ok", [
+    ("deepep_serial", 4, True), ("deepep_serial", "25%", True), ("deepep_serial", "100%", True),
+    ("deepep_serial", 0, False), ("deepep_serial", "0%", False), ("deepep_serial", "120%", False),
+    ("deepep_serial", "four", False), ("deepep_max_fail_percentage", 0, True), ("deepep_max_fail_percentage", 100, True),
+    ("deepep_max_fail_percentage", 101, False), ("deepep_max_fail_percentage", -1, False),
+])
+def test_batches_and_failure_share(var, value, ok):
+    found = problems(**{var: value})
+    assert (found == []) is ok, found
+    if not ok:
+        assert found[0]["var"] == var and found[0]["msg"].startswith("%s: %r is not accepted" % (var, value))
