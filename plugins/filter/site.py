@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import validate
+from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import manual_mapping, validate
+from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string, nvshmem_hca_list
 
 
 def deepep_site_problems(site_vars):
@@ -17,6 +18,19 @@ def deepep_site_problems(site_vars):
     return validate(site_vars)
 
 
+def deepep_manual_mapping(topology, value, gpu_count, hcas):
+    """gpu_nic_topology_info's result with the hand-written mapping in place of the discovered one:
+    {topology, problems}; problems name the entry and what is accepted."""
+    if not isinstance(topology, dict):
+        raise AnsibleFilterError("deepep_manual_mapping: expected gpu_nic_topology_info's result")
+    mapping, problems = manual_mapping(value, gpu_count, hcas)
+    result = dict(topology)
+    if not problems:
+        result.update(mapping=mapping, deepep_device_to_hca_mapping=deepep_mapping_string(mapping),
+                      nvshmem_hca_list=nvshmem_hca_list(mapping), mapping_source="deepep_hca_mapping")
+    return {"topology": result, "problems": problems}
+
+
 class FilterModule(object):
     def filters(self):
-        return {"deepep_site_problems": deepep_site_problems}
+        return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping}

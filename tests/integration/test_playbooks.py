@@ -129,3 +129,37 @@ def test_site_refuses_bad_variables_before_touching_a_host(tmp_path, extra, mess
     # Stopped in the validation play: discovery never ran.
     assert "Discover NVIDIA GPUs" not in out
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+
+
+def test_hand_written_mapping_replaces_the_discovered_one(tmp_path):
+    out_dir = tmp_path / "report"
+    rc, out = playbook("facts.yml", tmp_path, "-e", "deepep_facts_dir=%s" % out_dir,
+                       "-e", "deepep_hca_mapping=0:rocep6s0:1,1:rocep4s0:1", machine="gcp_b200")
+    assert rc == 0, out
+    data = json.loads((out_dir / "localhost.json").read_text())
+    assert data["node"]["topology"]["deepep_device_to_hca_mapping"] == "0:rocep6s0:1,1:rocep4s0:1"
+    assert data["node"]["topology"]["mapping_source"] == "deepep_hca_mapping"
+
+
+@pytest.mark.parametrize("mapping, message", [
+    ("8:rocep4s0:1", "deepep_hca_mapping: '8:rocep4s0:1' is not accepted (GPU 8 does not exist, this node has 8)"),
+    ("0:mlx5_0:1", "deepep_hca_mapping: '0:mlx5_0:1' is not accepted (no RDMA device mlx5_0)"),
+    ("0:rocep4s0:1,gpu1", "deepep_hca_mapping: 'gpu1' is not accepted (malformed entry)"),
+])
+def test_site_refuses_a_bad_hand_written_mapping(tmp_path, mapping, message):
+    rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", "deepep_hca_mapping=%s" % mapping,
+                       machine="gcp_b200")
+    assert rc == 2, out
+    assert message in out and "Nothing was changed." in out
+    assert recap(out)["changed"] == 0
+
+
+def test_site_refuses_an_arch_list_that_misses_the_gpus(tmp_path):
+    rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", '{"deepep_arch_list": ["9.0"]}',
+                       machine="gcp_b200")
+    assert rc == 2, out
+    assert "deepep_arch_list: ['9.0'] (9.0) does not cover the GPUs of localhost (10.0)" in out
+    assert recap(out)["changed"] == 0
+    rc, out = playbook("site.yml", tmp_path / "again", "--tags", "preflight", "-e", '{"deepep_arch_list": ["10.0"]}',
+                       machine="gcp_b200")
+    assert rc == 0, out

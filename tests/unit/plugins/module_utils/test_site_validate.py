@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import deepep_ref_generation, validate
+from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
+    deepep_ref_generation,
+    manual_mapping,
+    validate,
+)
 
 GOOD = {
     "deepep_version": "v1", "deepep_git_ref": "8a07e7e7ed57cfc63005f670d64d410cb30b061b",
@@ -94,3 +98,29 @@ def test_batches_and_failure_share(var, value, ok):
     assert (found == []) is ok, found
     if not ok:
         assert found[0]["var"] == var and found[0]["msg"].startswith("%s: %r is not accepted" % (var, value))
+
+
+HCAS = [{"name": "mlx5_%d" % i, "ports": [{"port": 1}]} for i in range(2)]
+
+
+def test_manual_mapping_accepted():
+    mapping, found = manual_mapping("0:mlx5_1:1, 1:mlx5_0", 2, HCAS)
+    assert found == []
+    assert mapping == [{"gpu": 0, "hca": "mlx5_1", "port": 1, "distance": "manual"},
+                       {"gpu": 1, "hca": "mlx5_0", "port": 1, "distance": "manual"}]
+    assert manual_mapping(["1:mlx5_0:1", "0:mlx5_1:1"], 2, HCAS)[0][0]["gpu"] == 0
+
+
+@pytest.mark.parametrize("value, why, accepted", [
+    ("0-mlx5_0", "malformed entry", "comma-separated <gpu>:<hca>[:<port>] entries"),
+    ("2:mlx5_0:1", "GPU 2 does not exist, this node has 2", "GPU indexes 0-1"),
+    ("0:mlx5_7:1", "no RDMA device mlx5_7", "the RDMA devices here: mlx5_0, mlx5_1"),
+    ("0:mlx5_0:2", "mlx5_0 has no port 2", "ports 1 of mlx5_0"),
+    ("0:mlx5_0:1,0:mlx5_1:1", "GPU 0 mapped twice", "one entry per GPU"),
+    (",", "empty", "comma-separated"),
+])
+def test_manual_mapping_refused(value, why, accepted):
+    mapping, found = manual_mapping(value, 2, HCAS)
+    assert len(found) == 1, found
+    assert "(%s)" % why in found[0]["msg"] and ("accepted: %s" % accepted) in found[0]["msg"]
+    assert found[0]["msg"].startswith("deepep_hca_mapping: ")
