@@ -243,6 +243,10 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     assert summary["reboot_pending"] is False and summary["peermapping"] == "driver_not_loaded"
     assert summary["gdrcopy"].startswith(str(node["prefix"] / "gdrcopy" / "builds"))
     assert summary["deepep"]["fingerprint"] and len(summary["deepep"]["tests"]) == 2
+    # The doctor ran last, on what the layers left: DeepEP's stamp says 9.0, the fixture GPUs are 9.0 (KF07).
+    assert set(summary["doctor"]) == {"ok", "problem", "not_applicable", "unknown"}
+    assert summary["doctor"]["problem"] == len(summary["problems"])
+    assert "KF07" not in [p["id"] for p in summary["problems"]]
     assert "0 host(s) dropped out: none" in out and "Could not match supplied host pattern" not in out
     # Preflight and GDRCopy ran once: the build layers' own copies saw them done.
 
