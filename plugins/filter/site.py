@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import manual_mapping, validate
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string, nvshmem_hca_list
 
@@ -31,6 +32,17 @@ def deepep_manual_mapping(topology, value, gpu_count, hcas):
     return {"topology": result, "problems": problems}
 
 
+def deepep_fanout_roles(plans, offline=False):
+    """[{host, fingerprint, needs, cached}] -> {host: none | cache | build | wait}."""
+    if not isinstance(plans, list):
+        raise AnsibleFilterError("deepep_fanout_roles: expected a list of {host, fingerprint, needs, cached}")
+    try:
+        return fanout_roles(plans, bool(offline))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 class FilterModule(object):
     def filters(self):
-        return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping}
+        return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping,
+                "deepep_fanout_roles": deepep_fanout_roles}

@@ -95,6 +95,10 @@ def validate(site_vars):
             problems.append(_problem("deepep_max_fail_percentage", site_vars["deepep_max_fail_percentage"],
                                      "an integer 0-100 (the share of a batch that may fail)"))
 
+    if site_vars.get("deepep_offline") in (True, "true", "True", "yes", "1") and not site_vars.get("deepep_cache_dir"):
+        problems.append(_problem("deepep_offline", site_vars["deepep_offline"], "true only with deepep_cache_dir set "
+                                 "(the controller directory of the builds the nodes install)", "no cache to use"))
+
     for var in ("deepep_arch_list", "nvshmem_ibgda_arch_list"):
         values = site_vars.get(var) or []
         if isinstance(values, (str, int, float)):

@@ -85,6 +85,17 @@ options:
       - Build even when the fingerprint is already built.
     type: bool
     default: false
+  artifact_in:
+    description:
+      - An archive of a verified build made on another node with the same inputs (build once, fan out). When
+        this node needs a build and the file exists, it is unpacked instead of building, its stamp's
+        fingerprint must equal this node's, and O(verify_command) runs here before C(current) switches.
+    type: path
+  artifact_out:
+    description:
+      - Where to write the verified build as a tar.gz for the other nodes (the roles fetch it into the
+        controller cache). Not rewritten while it holds this fingerprint.
+    type: path
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -155,6 +166,14 @@ build_seconds:
   description: Wall time of build and verify; null when nothing was built.
   returned: always
   type: float
+artifact:
+  description: O(artifact_out), or null.
+  returned: always
+  type: str
+artifact_written:
+  description: Whether O(artifact_out) was written in this run.
+  returned: always
+  type: bool
 """
 
 import json
@@ -345,6 +364,53 @@ class SourceBuild(object):
         os.rename(os.path.join(install_dir, STAMP + ".tmp"), os.path.join(install_dir, STAMP))
         return seconds
 
+    def install_artifact(self, fp, artifact):
+        """A verified build of these inputs made on another node (build once, fan out): unpacked, its stamp's
+        fingerprint checked against this node's, then verified here like a build of its own."""
+        install_dir = os.path.join(self.builds, fp)
+        scratch = install_dir + ".artifact"
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.makedirs(scratch)
+        with tarfile.open(artifact) as tar:
+            self._extract_all(tar, scratch)
+        stamp = self.read_stamp(scratch)
+        if stamp is None or stamp.get("fingerprint") != fp:
+            shutil.rmtree(scratch, ignore_errors=True)
+            self.fail("artifact_in: %s holds fingerprint %s, this node's inputs give %s; rebuild the cache entry "
+                      "from a node with the same inputs" % (artifact, (stamp or {}).get("fingerprint"), fp))
+        if os.path.lexists(install_dir):
+            shutil.rmtree(install_dir)
+        os.rename(scratch, install_dir)
+        verify = self.params["verify_command"]
+        if verify:
+            env = dict(os.environ)
+            env.update({k: str(v) for k, v in self.params["environment"].items()})
+            src_dir = os.path.join(install_dir, "src")
+            env.update(SRC_DIR=src_dir, INSTALL_DIR=install_dir)
+            log_path = os.path.join(install_dir, "install.log")
+            with open(log_path, "w") as log:
+                if self.run_logged(verify, env, src_dir, log) != 0:
+                    os.unlink(os.path.join(install_dir, STAMP))  # not a verified build here
+                    self.fail("%s from %s installed but its verification failed; %s; see %s"
+                              % (self.params["name"], artifact, self.kept(), log_path),
+                              log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
+
+    def write_artifact(self, fp, artifact):
+        """The verified build as a tar.gz for other nodes with the same inputs; False when already there."""
+        if os.path.isfile(artifact):
+            try:
+                with tarfile.open(artifact) as tar:
+                    member = tar.extractfile("./" + STAMP)
+                    if member is not None and json.load(member).get("fingerprint") == fp:
+                        return False
+            except (KeyError, tarfile.TarError, ValueError):
+                pass
+        os.makedirs(os.path.dirname(artifact) or ".", exist_ok=True)
+        with tarfile.open(artifact + ".tmp", "w:gz") as tar:
+            tar.add(os.path.join(self.builds, fp), arcname=".")
+        os.rename(artifact + ".tmp", artifact)
+        return True
+
     def run(self):
         params = self.params
         src = params["src"]
@@ -378,6 +444,8 @@ class SourceBuild(object):
             action, reason = None, "up to date (fingerprint %s)" % fp
         elif built and not params["force"]:
             action, reason = "switch", "switch current to the existing build %s" % fp
+        elif params["artifact_in"] and os.path.isfile(params["artifact_in"]) and not params["force"]:
+            action, reason = "artifact", "installed from %s (built once on another node)" % params["artifact_in"]
         else:
             action = "build"
             if params["force"]:
@@ -391,14 +459,21 @@ class SourceBuild(object):
             changed=action is not None, fingerprint=fp, reason=reason, install_dir=install_dir,
             src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
             source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
+            artifact=params["artifact_out"], artifact_written=False,
         )
-        if action is None or self.module.check_mode:
+        if self.module.check_mode:
             return result
-        os.makedirs(self.builds, exist_ok=True)
-        if action == "build":
-            result["build_seconds"] = self.build(fp, digest, inputs)
-        self.switch_current(fp)
-        self.prune({fp, previous})
+        if action is not None:
+            os.makedirs(self.builds, exist_ok=True)
+            if action == "build":
+                result["build_seconds"] = self.build(fp, digest, inputs)
+            elif action == "artifact":
+                self.install_artifact(fp, params["artifact_in"])
+            self.switch_current(fp)
+            self.prune({fp, previous})
+        if params["artifact_out"]:
+            result["artifact_written"] = self.write_artifact(fp, params["artifact_out"])
+            result["changed"] = result["changed"] or result["artifact_written"]
         return result
 
 
@@ -421,6 +496,8 @@ def main():
             patches=dict(type="list", elements="path", default=[]),
             keep=dict(type="int", default=2),
             force=dict(type="bool", default=False),
+            artifact_in=dict(type="path"),
+            artifact_out=dict(type="path"),
         ),
         mutually_exclusive=[("src", "git_url")],
         required_one_of=[("src", "git_url")],

@@ -44,8 +44,18 @@ def node(tmp_path):
             "python": make_python_site(tmp_path / "venv"), "cuda": make_cuda_home(tmp_path)}
 
 
-def run(node, *extra, playbook="deepep.yml"):
-    variables = {
+def run_inventory(node, extra, playbook="deepep.yml"):
+    """Like run() against the inventory given in extra (-i ...), without the single-host recap."""
+    variables = dict(VARIABLES(node))
+    variables.pop("deepep_prefix")  # per host in that inventory
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+    cmd = [PLAYBOOK_BIN, os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(variables)] + list(extra)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def VARIABLES(node):  # noqa: N802  (a table, computed per node)
+    return {
         "preflight_sysfs_root": str(node["sysfs"]), "preflight_procfs_root": str(node["tmp"] / "proc"),
         "preflight_modprobe_dir": str(node["tmp"] / "modprobe.d"), "preflight_cuda_home": node["cuda"],
         "deepep_python": node["python"], "deepep_src": str(node["archive"]), "deepep_prefix": str(node["prefix"]),
@@ -56,6 +66,10 @@ def run(node, *extra, playbook="deepep.yml"):
         "deepep_env_extra": {"DEEPEP_FIXTURE_OUTPUT": os.path.join(FIXTURES, "deepep_output")},
         "deepep_intranode_thresholds": {"dispatch_fp8": 240}, "deepep_low_latency_thresholds": {"dispatch": 240},
     }
+
+
+def run(node, *extra, playbook="deepep.yml"):
+    variables = VARIABLES(node)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
     cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"),
            os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(variables)] + list(extra)
@@ -264,3 +278,51 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     rc, changed, out = run(node, *site, "--tags", "deepep", "--skip-tags", "deepep_verify", playbook="site.yml")
     assert rc == 0 and changed == 1, out
     assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out
+
+
+def test_build_once_install_everywhere(node, tmp_path):
+    """Two inventory nodes of this host (own prefixes) with the same inputs: one builds DeepEP, the build comes
+    back to the controller cache, the other installs and verifies it."""
+    cache = tmp_path / "cache"
+    hosts = {}
+    for name in ("n1", "n2"):
+        hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                       "deepep_prefix": str(tmp_path / name / "opt")}
+    inventory = tmp_path / "two-nodes.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    fanout = ["-i", str(inventory), "-e", json.dumps({"deepep_cache_dir": str(cache)}), "--skip-tags", "deepep_verify",
+              "--tags", "deepep"]
+
+    def roles(out):
+        return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?DeepEP [0-9a-f]+: (\w+)", out))
+
+    rc, out = run_inventory(node, fanout)
+    assert rc == 0, out
+    assert roles(out) == {"n1": "build", "n2": "wait"}, out
+    cached = sorted(p.name for p in cache.iterdir())
+    assert len(cached) == 1 and cached[0].startswith("deepep-") and cached[0].endswith(".tar.gz")
+    n1 = os.path.realpath(str(tmp_path / "n1" / "opt" / "deepep" / "current"))
+    n2 = os.path.realpath(str(tmp_path / "n2" / "opt" / "deepep" / "current"))
+    assert os.path.basename(n1) == os.path.basename(n2)  # one fingerprint
+    assert os.path.isfile(os.path.join(n1, "build.log")) and not os.path.isfile(os.path.join(n1, "install.log"))
+    assert os.path.isfile(os.path.join(n2, "install.log"))  # verified there, not built
+    assert os.path.isfile(os.path.join(n2, "src", "deep_ep_cpp.py"))
+
+    rc, out = run_inventory(node, fanout)
+    assert rc == 0, out
+    assert re.search(r"n1\s+: ok=\d+\s+changed=0", out) and re.search(r"n2\s+: ok=\d+\s+changed=0", out), out
+
+    # A third node that joins later installs from the cache; offline, a node whose build is not cached fails.
+    hosts["n3"] = dict(hosts["n1"], deepep_prefix=str(tmp_path / "n3" / "opt"))
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    rc, out = run_inventory(node, fanout + ["-e", "deepep_offline=true", "--limit", "n3"])
+    assert rc == 0, out
+    assert roles(out) == {"n3": "cache"}, out
+    for old in cache.iterdir():
+        old.unlink()
+    hosts["n4"] = dict(hosts["n1"], deepep_prefix=str(tmp_path / "n4" / "opt"))
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    rc, out = run_inventory(node, fanout + ["-e", "deepep_offline=true", "--limit", "n4"])
+    assert rc == 2, out
+    assert "offline: the cache lacks the build n4 (fingerprint" in out
+    assert not (tmp_path / "n4" / "opt" / "deepep" / "current").exists()

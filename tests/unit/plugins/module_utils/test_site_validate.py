@@ -124,3 +124,9 @@ def test_manual_mapping_refused(value, why, accepted):
     assert len(found) == 1, found
     assert "(%s)" % why in found[0]["msg"] and ("accepted: %s" % accepted) in found[0]["msg"]
     assert found[0]["msg"].startswith("deepep_hca_mapping: ")
+
+
+def test_offline_needs_a_cache():
+    found = problems(deepep_offline=True)
+    assert [p["var"] for p in found] == ["deepep_offline"] and "(no cache to use)" in found[0]["msg"]
+    assert problems(deepep_offline=True, deepep_cache_dir="/srv/deepep-cache") == []

@@ -173,3 +173,42 @@ def test_check_mode_before_the_source_is_copied(run_module, tmp_path):
     result = build(run_module, tmp_path / "sources" / "DeepEP.tar.gz", tmp_path / "opt", check_mode=True)
     assert result["changed"] is True and "is not on the node yet" in result["reason"]
     assert result["fingerprint"] is None and not (tmp_path / "opt").exists()
+
+
+def test_build_once_install_from_the_artifact_elsewhere(run_module, src, tmp_path):
+    builder, other = tmp_path / "builder", tmp_path / "other"
+    artifact = tmp_path / "cache" / "demo.tar.gz"
+    first = build(run_module, src, builder, artifact_out=str(artifact))
+    assert first["build_seconds"] is not None and first["artifact_written"] is True and artifact.is_file()
+    again = build(run_module, src, builder, artifact_out=str(artifact))
+    assert again["changed"] is False and again["artifact_written"] is False  # already holds this fingerprint
+    # Another node with the same inputs: unpacked, verified there, nothing built.
+    installed = build(run_module, src, other, artifact_in=str(artifact))
+    assert installed["changed"] is True and installed["build_seconds"] is None
+    assert installed["fingerprint"] == first["fingerprint"]
+    assert installed["reason"] == "installed from %s (built once on another node)" % artifact
+    assert (other / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
+    assert "$ grep -q hello built.txt" in (other / "current" / "install.log").read_text()
+    assert "$ cat input.txt" not in (other / "current" / "install.log").read_text()  # verified, not rebuilt
+    assert build(run_module, src, other, artifact_in=str(artifact))["changed"] is False
+
+
+def test_artifact_of_other_inputs_is_refused(run_module, src, tmp_path):
+    artifact = tmp_path / "demo.tar.gz"
+    build(run_module, src, tmp_path / "builder", artifact_out=str(artifact))
+    result = build(run_module, src, tmp_path / "other", expect_fail=True, artifact_in=str(artifact),
+                   environment={"ARCH": "10.0"})
+    assert result["msg"].startswith("artifact_in: %s holds fingerprint" % artifact)
+    assert not (tmp_path / "other" / "current").exists()
+
+
+def test_artifact_that_fails_verification_here_is_not_current(run_module, src, tmp_path, monkeypatch):
+    artifact = tmp_path / "demo.tar.gz"
+    check = 'test -z "$BROKEN_NODE"'  # the node's own state (not an input) decides
+    build(run_module, src, tmp_path / "builder", artifact_out=str(artifact), verify_command=check)
+    monkeypatch.setenv("BROKEN_NODE", "1")
+    result = build(run_module, src, tmp_path / "other", expect_fail=True, artifact_in=str(artifact),
+                   verify_command=check)
+    assert "installed but its verification failed" in result["msg"]
+    assert not (tmp_path / "other" / "current").exists()
+    assert not list((tmp_path / "other" / "builds").glob("*/.moe_infra_stamp.json"))
