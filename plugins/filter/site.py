@@ -8,7 +8,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
-from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import manual_mapping, validate
+from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
+    manual_mapping,
+    source_nvshmem_problems,
+    validate,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string, nvshmem_hca_list
 
 
@@ -42,7 +46,16 @@ def deepep_fanout_roles(plans, offline=False):
         raise AnsibleFilterError(str(exc))
 
 
+def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dirs=None):
+    """rdma_hca_info's result -> [{var, value, accepted, msg}]: nvshmem_ibgda_method=source without IBGDA-capable
+    rdma-core that this run will install."""
+    if not isinstance(rdma, dict):
+        raise AnsibleFilterError("deepep_source_nvshmem_problems: expected rdma_hca_info's result")
+    return source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [])
+
+
 class FilterModule(object):
     def filters(self):
         return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping,
-                "deepep_fanout_roles": deepep_fanout_roles}
+                "deepep_fanout_roles": deepep_fanout_roles,
+                "deepep_source_nvshmem_problems": deepep_source_nvshmem_problems}

@@ -11,6 +11,7 @@ import re
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems, version_tuple
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import DOCA_POLICIES, doca_decision
 
 CHOICES = {
     "deepep_version": ("v1", "v2"),
@@ -147,3 +148,23 @@ def manual_mapping(value, gpu_count, hcas):
     if not entries:
         problems.append(_problem("deepep_hca_mapping", value, MAPPING_ACCEPTED, "empty"))
     return sorted(mapping, key=lambda e: e["gpu"]), problems
+
+
+def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=()):
+    """nvshmem_ibgda_method=source builds NVSHMEM's IBGDA transport, which needs IBGDA-capable rdma-core headers
+    (infiniband/mlx5_api.h declaring MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT; KF11, KF19). They must be on the node
+    already, or DOCA-OFED must be about to install them in this run. rdma: rdma_hca_info's result. Returns
+    [problem] (empty when fine), so the site stops before any layer changes the node."""
+    if method != "source" or rdma.get("dmabuf_data_direct"):
+        return []
+    decision = doca_decision(rdma, doca_policy if doca_policy in DOCA_POLICIES else "auto")
+    if decision["install"]:
+        return []
+    header = rdma.get("mlx5_api_header")
+    found = ("%s does not declare MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT" % header if header else
+             "no infiniband/mlx5_api.h under %s" % ", ".join(include_dirs or ["the include directories"]))
+    why = "IBGDA needs DOCA-OFED's rdma-core headers (KF11, KF19): %s, and the doca_ofed layer will not install " \
+          "them (%s)" % (found, decision["msg"])
+    return [_problem("nvshmem_ibgda_method", method, "wheel (the torch wheel's NVSHMEM); or source where DOCA-OFED's "
+                     "rdma-core is installed or doca_ofed_policy lets this run install it (Mellanox hardware "
+                     "present); preflight_rdma_include_dirs names where the headers are", why)]

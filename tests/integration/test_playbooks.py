@@ -163,3 +163,24 @@ def test_site_refuses_an_arch_list_that_misses_the_gpus(tmp_path):
     rc, out = playbook("site.yml", tmp_path / "again", "--tags", "preflight", "-e", '{"deepep_arch_list": ["10.0"]}',
                        machine="gcp_b200")
     assert rc == 0, out
+
+
+@pytest.mark.parametrize("machine, policy, refused", [
+    ("h200_no_nics", "auto", "doca_ofed layer will not install them (skipped: no Mellanox hardware"),
+    ("gcp_b200", "never", "doca_ofed layer will not install them (skipped: doca_ofed_policy=never"),
+    ("gcp_b200", "auto", None),  # DOCA-OFED installs IBGDA-capable rdma-core before NVSHMEM is built
+])
+def test_site_refuses_a_source_nvshmem_build_without_ibgda_rdma_core(tmp_path, machine, policy, refused):
+    include = tmp_path / "include"
+    include.mkdir()
+    rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", json.dumps({
+        "nvshmem_ibgda_method": "source", "doca_ofed_policy": policy, "preflight_rdma_include_dirs": [str(include)]}),
+        machine=machine)
+    if refused is None:
+        assert rc == 0, out
+        return
+    assert rc == 2, out
+    assert "localhost: nvshmem_ibgda_method: 'source' is not accepted (IBGDA needs DOCA-OFED's rdma-core headers " \
+           "(KF11, KF19): no infiniband/mlx5_api.h under %s, and the %s" % (include, refused) in out
+    assert "accepted: wheel (the torch wheel's NVSHMEM)" in out and "Nothing was changed." in out
+    assert recap(out)["changed"] == 0

@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
     deepep_ref_generation,
     manual_mapping,
+    source_nvshmem_problems,
     validate,
 )
 
@@ -130,3 +131,35 @@ def test_offline_needs_a_cache():
     found = problems(deepep_offline=True)
     assert [p["var"] for p in found] == ["deepep_offline"] and "(no cache to use)" in found[0]["msg"]
     assert problems(deepep_offline=True, deepep_cache_dir="/srv/deepep-cache") == []
+
+
+# rdma_hca_info's results: GCP B200 before DOCA (rocep names, distro rdma-core without the dma-buf symbol),
+# after DOCA, and a node without Mellanox hardware.
+ROCEP = {"name": "rocep145s0", "family": "rocep"}
+B200_BARE = {"hcas": [ROCEP], "mlx5_api_header": "/usr/include/infiniband/mlx5_api.h", "dmabuf_data_direct": False,
+             "mellanox_pci_devices": ["0000:91:00.0"], "ofed_version": None}
+B200_DOCA = dict(B200_BARE, hcas=[{"name": "mlx5_0", "family": "mlx5"}], dmabuf_data_direct=True,
+                 ofed_version="OFED-internal-25.10")
+NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "mellanox_pci_devices": [],
+           "ofed_version": None}
+
+
+def test_source_nvshmem_with_ibgda_rdma_core_or_doca_to_come_passes():
+    assert source_nvshmem_problems("source", B200_DOCA) == []
+    assert source_nvshmem_problems("source", B200_BARE, "auto") == []  # doca_ofed installs it first
+    assert source_nvshmem_problems("source", B200_BARE, "always") == []
+    assert source_nvshmem_problems("wheel", NO_NICS) == []
+
+
+@pytest.mark.parametrize("rdma, policy, found, doca", [
+    (B200_BARE, "never", "/usr/include/infiniband/mlx5_api.h does not declare MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT",
+     "skipped: doca_ofed_policy=never"),
+    (NO_NICS, "auto", "no infiniband/mlx5_api.h under /usr/include, /opt/rdma/include",
+     "skipped: no Mellanox hardware"),
+])
+def test_source_nvshmem_without_ibgda_rdma_core_is_refused(rdma, policy, found, doca):
+    (problem,) = source_nvshmem_problems("source", rdma, policy, ["/usr/include", "/opt/rdma/include"])
+    assert problem["var"] == "nvshmem_ibgda_method" and problem["value"] == "source"
+    assert problem["msg"].startswith("nvshmem_ibgda_method: 'source' is not accepted (IBGDA needs DOCA-OFED's")
+    assert found in problem["msg"] and doca in problem["msg"]
+    assert "accepted: wheel" in problem["msg"]
