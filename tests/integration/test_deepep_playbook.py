@@ -326,3 +326,56 @@ def test_build_once_install_everywhere(node, tmp_path):
     assert rc == 2, out
     assert "offline: the cache lacks the build n4 (fingerprint" in out
     assert not (tmp_path / "n4" / "opt" / "deepep" / "current").exists()
+
+
+def fanout_roles(out, label):
+    return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?%s [0-9a-f]+: (\w+)" % label, out))
+
+
+def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):
+    """The GDRCopy library and a source NVSHMEM fan out like DeepEP: one build per fingerprint, the other nodes
+    install the cached tree and verify it (NVSHMEM: nvshmem-info -a shows IBGDA on)."""
+    cache = tmp_path / "cache"
+    inventory = tmp_path / "nodes.json"
+
+    def nodes(*names, **extra):
+        hosts = {}
+        for name in names:
+            hosts[name] = dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                                "deepep_prefix": str(tmp_path / name / "opt")}, **extra)
+        inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+        return ["-i", str(inventory), "-e", json.dumps({"deepep_cache_dir": str(cache), "nvshmem_ibgda_method": "source"}),
+                # Each node's own layers under its own prefix (over the single-node VARIABLES).
+                "-e", '{"gdrcopy_prefix": "{{ deepep_prefix }}/gdrcopy", "nvshmem_ibgda_prefix": "{{ deepep_prefix }}/nvshmem"}',
+                "--tags", "gdrcopy,nvshmem_ibgda"]
+
+    rc, out = run_inventory(node, nodes("n1", "n2"))
+    assert rc == 0, out
+    assert fanout_roles(out, "GDRCopy") == {"n1": "build", "n2": "wait"}, out
+    # NVSHMEM's tree records the GDRCopy it was built with, and each node's GDRCopy lives under its own prefix:
+    # two fingerprints, two builds.
+    assert fanout_roles(out, "NVSHMEM") == {"n1": "build", "n2": "build"}, out
+    cached = sorted(p.name.split("-")[0] for p in cache.iterdir())
+    assert cached == ["gdrcopy", "nvshmem", "nvshmem"], cached
+    gdrcopy = [os.path.realpath(str(tmp_path / n / "opt" / "gdrcopy" / "current")) for n in ("n1", "n2")]
+    assert os.path.basename(gdrcopy[0]) == os.path.basename(gdrcopy[1])
+    # n2 installed n1's tree (its build.log came along) and ran the verify command itself.
+    assert os.path.isfile(os.path.join(gdrcopy[1], "install.log")) and not os.path.isfile(
+        os.path.join(gdrcopy[0], "install.log"))
+    assert os.path.isfile(os.path.join(gdrcopy[1], "lib", "libgdrapi.so.2.5"))
+
+    rc, out = run_inventory(node, nodes("n1", "n2"))
+    assert rc == 0, out
+    assert re.search(r"n1\s+: ok=\d+\s+changed=0", out) and re.search(r"n2\s+: ok=\d+\s+changed=0", out), out
+
+    # Without GDRCopy the NVSHMEM inputs match across nodes: one builds, the other installs and checks the tree.
+    rc, out = run_inventory(node, nodes("n3", "n4", gdrcopy_enabled=False))
+    assert rc == 0, out
+    assert fanout_roles(out, "NVSHMEM") == {"n3": "build", "n4": "wait"}, out
+    n4 = os.path.realpath(str(tmp_path / "n4" / "opt" / "nvshmem" / "current"))
+    n3 = os.path.realpath(str(tmp_path / "n3" / "opt" / "nvshmem" / "current"))
+    assert os.path.basename(n3) == os.path.basename(n4)
+    assert os.path.isfile(os.path.join(n4, "install.log")) and not os.path.isfile(os.path.join(n3, "install.log"))
+    info = subprocess.run([os.path.join(n4, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "NVSHMEM_IBGDA_SUPPORT=ON" in info
