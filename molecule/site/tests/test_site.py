@@ -3,7 +3,8 @@
 three from the controller cache, converge and the no-op rerun are on record with their wall time; then
 --tags deepep after a torch change (1 node, then 4: timed), and a node killed mid-run drops out alone.
 
-The timings go to $MOLECULE_EPHEMERAL_DIRECTORY/site-timings.json (docs/results/site-molecule/ holds a copy)."""
+The timings go to $MOLECULE_EPHEMERAL_DIRECTORY/site-timings.json and, when set, $SITE_TIMINGS_OUT
+(docs/results/site-molecule/ holds a copy)."""
 
 from __future__ import annotations
 
@@ -41,14 +42,16 @@ def converge_and_idempotence():
 
 
 def save_timing(key, value):
+    """Into site-timings.json; also into $SITE_TIMINGS_OUT when set (destroy removes the ephemeral directory)."""
     timings = {}
     if os.path.exists(TIMINGS):
         with open(TIMINGS) as handle:
             timings = json.load(handle)
     timings[key] = value
-    with open(TIMINGS, "w") as handle:
-        json.dump(timings, handle, indent=2, sort_keys=True)
-        handle.write("\n")
+    for path in filter(None, (TIMINGS, os.environ.get("SITE_TIMINGS_OUT"))):
+        with open(path, "w") as handle:
+            json.dump(timings, handle, indent=2, sort_keys=True)
+            handle.write("\n")
 
 
 def playbook_command(*args):
