@@ -54,12 +54,12 @@ def save_timing(key, value):
             handle.write("\n")
 
 
-def playbook_command(*args):
+def playbook_command(*args, playbook="site.yml"):
     project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(project, ".build", "dev"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", CHANGE_RECORD=VERIFY_RECORD, PYTHONUNBUFFERED="1")
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", os.path.join(EPHEMERAL, "inventory"),
-           os.path.join(project, "playbooks", "site.yml")] + list(args)
+           os.path.join(project, "playbooks", playbook)] + list(args)
     return cmd, env
 
 
@@ -146,6 +146,34 @@ def test_tags_deepep_after_a_torch_upgrade_on_1_node_then_4():
     save_timing("tags_deepep_rebuild_1_node_s", one["seconds"])
     save_timing("tags_deepep_rebuild_4_nodes_s", four["seconds"])
     save_timing("tags_deepep_4_over_1", round(four["seconds"] / one["seconds"], 2))
+
+
+def test_internode_playbook_starts_every_rank_at_once_across_the_containers():
+    """internode.yml's orchestration over the real connection, with DeepEP's stand-in test_internode.py (it needs
+    all four ranks connected to rank 0 at once, then adds traffic to each node's fixture NIC counters). The
+    containers reach node1 at its bridge address. A real internode run needs a real cluster with RDMA NICs."""
+    master = subprocess.run(["podman", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", "node1"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert re.match(r"^\d+\.\d+\.\d+\.\d+$", master), master
+    reports = os.path.join(EPHEMERAL, "internode")
+    os.makedirs(reports, exist_ok=True)
+    cmd, env = playbook_command("-e", json.dumps({
+        "deepep_internode_master_addr": master, "deepep_internode_sysfs_root": "/opt/moe-fixtures/sys",
+        "deepep_internode_report_dir": reports, "deepep_internode_timeout": 120,
+        "deepep_internode_env_extra": {"DEEPEP_FIXTURE_SYSFS": "/opt/moe-fixtures/sys",
+                                       "DEEPEP_FIXTURE_OUTPUT": "/opt/moe-fixtures/deepep_output"}}),
+        playbook="internode.yml")
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    results = []
+    for node in NODES:
+        with open(os.path.join(reports, node + "-internode.json")) as handle:
+            results.append(json.load(handle))
+    assert [(r["rank"], r["world_size"]) for r in results] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert {r["master"] for r in results} == {results[0]["master"]} and results[0]["master"].startswith(master + ":")
+    for r in results:
+        assert r["passed"] is True and len(r["traffic"]["ports"]) == 8 and r["traffic"]["idle"] == [], r
 
 
 # Last in this file on purpose: node4 is stopped and stays down until destroy.
