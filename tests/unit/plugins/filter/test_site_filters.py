@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+"""The site filters: registered under their documented names, refuse input of the wrong shape with a message
+naming the filter, and pass the module_utils results through."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.filter.site import FilterModule
+
+FILTERS = FilterModule().filters()
+NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "mellanox_pci_devices": [],
+           "ofed_version": None}
+
+
+def test_every_site_filter_is_registered():
+    assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_manual_mapping", "deepep_site_problems",
+                               "deepep_source_nvshmem_problems"]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("deepep_site_problems", ["deepep_version"]),
+    ("deepep_source_nvshmem_problems", "rocep4s0"),
+    ("deepep_fanout_roles", {"host": "n1"}),
+])
+def test_wrong_shapes_are_refused_naming_the_filter(name, value):
+    with pytest.raises(AnsibleFilterError, match="^%s: expected" % name):
+        FILTERS[name](value) if name != "deepep_source_nvshmem_problems" else FILTERS[name](value, "source")
+
+
+def test_source_nvshmem_on_a_node_without_nics():
+    (problem,) = FILTERS["deepep_source_nvshmem_problems"](NO_NICS, "source", "auto", ["/usr/include"])
+    assert "no infiniband/mlx5_api.h under /usr/include" in problem["msg"]
+    assert FILTERS["deepep_source_nvshmem_problems"](NO_NICS, "wheel") == []
+
+
+def test_fanout_roles_offline_miss_is_a_filter_error():
+    plans = [{"host": "n1", "fingerprint": "abc", "needs": True, "cached": False}]
+    assert FILTERS["deepep_fanout_roles"](plans) == {"n1": "build"}
+    with pytest.raises(AnsibleFilterError, match="offline: the cache lacks the build n1"):
+        FILTERS["deepep_fanout_roles"](plans, True)
