@@ -294,7 +294,15 @@ def test_build_once_install_everywhere(node, tmp_path):
               "--tags", "deepep"]
 
     def roles(out):
-        return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?DeepEP [0-9a-f]+: (\w+)", out))
+        return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?DeepEP (?:[0-9a-f]+|\(fingerprint known once the "
+                               r"source is on the node\)): (\w+)", out))
+
+    # --check first: the same plan, and nothing written on the nodes or in the cache.
+    rc, out = run_inventory(node, fanout + ["--check"])
+    assert rc == 0, out
+    assert roles(out) == {"n1": "build", "n2": "wait"}, out
+    assert "would install the build of another node" in out
+    assert not cache.exists() and not (tmp_path / "n1").exists() and not (tmp_path / "n2").exists()
 
     rc, out = run_inventory(node, fanout)
     assert rc == 0, out

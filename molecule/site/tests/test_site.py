@@ -157,12 +157,12 @@ def test_internode_playbook_starts_every_rank_at_once_across_the_containers():
     assert re.match(r"^\d+\.\d+\.\d+\.\d+$", master), master
     reports = os.path.join(EPHEMERAL, "internode")
     os.makedirs(reports, exist_ok=True)
-    cmd, env = playbook_command("-e", json.dumps({
+    variables = {
         "deepep_internode_master_addr": master, "deepep_internode_sysfs_root": "/opt/moe-fixtures/sys",
         "deepep_internode_report_dir": reports, "deepep_internode_timeout": 120,
         "deepep_internode_env_extra": {"DEEPEP_FIXTURE_SYSFS": "/opt/moe-fixtures/sys",
-                                       "DEEPEP_FIXTURE_OUTPUT": "/opt/moe-fixtures/deepep_output"}}),
-        playbook="internode.yml")
+                                       "DEEPEP_FIXTURE_OUTPUT": "/opt/moe-fixtures/deepep_output"}}
+    cmd, env = playbook_command("-e", json.dumps(variables), playbook="internode.yml")
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
