@@ -11,16 +11,18 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
     manual_mapping,
     source_nvshmem_problems,
+    tag_problems,
     validate,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string, nvshmem_hca_list
 
 
-def deepep_site_problems(site_vars):
-    """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]."""
+def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
+    """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]; with ansible_run_tags and
+    ansible_skip_tags, also tags that name no layer."""
     if not isinstance(site_vars, dict):
         raise AnsibleFilterError("deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
-    return validate(site_vars)
+    return tag_problems(run_tags, skip_tags) + validate(site_vars)
 
 
 def deepep_manual_mapping(topology, value, gpu_count, hcas):

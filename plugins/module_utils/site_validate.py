@@ -168,3 +168,22 @@ def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=()):
     return [_problem("nvshmem_ibgda_method", method, "wheel (the torch wheel's NVSHMEM); or source where DOCA-OFED's "
                      "rdma-core is installed or doca_ofed_policy lets this run install it (Mellanox hardware "
                      "present); preflight_rdma_include_dirs names where the headers are", why)]
+
+
+# The layer tags of site.yml / system.yml / deepep.yml, and Ansible's own special tags.
+LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep",
+              "deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")
+SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
+
+
+def tag_problems(run_tags, skip_tags):
+    """--tags / --skip-tags naming no layer: Ansible would silently run only the always-tagged plays (or skip
+    nothing) and report success. Returns [problem]."""
+    problems = []
+    for option, tags in (("--tags", run_tags), ("--skip-tags", skip_tags)):
+        for tag in tags or []:
+            if tag not in LAYER_TAGS + SPECIAL_TAGS:
+                problems.append({"var": option, "value": tag, "accepted": " | ".join(LAYER_TAGS),
+                                 "msg": "%s %s: no layer or step has that tag; accepted: %s" % (
+                                     option, tag, ", ".join(LAYER_TAGS))})
+    return problems

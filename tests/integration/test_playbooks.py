@@ -184,3 +184,11 @@ def test_site_refuses_a_source_nvshmem_build_without_ibgda_rdma_core(tmp_path, m
            "(KF11, KF19): no infiniband/mlx5_api.h under %s, and the %s" % (include, refused) in out
     assert "accepted: wheel (the torch wheel's NVSHMEM)" in out and "Nothing was changed." in out
     assert recap(out)["changed"] == 0
+
+
+def test_site_refuses_a_tag_that_names_no_layer(tmp_path):
+    rc, out = playbook("site.yml", tmp_path, "--tags", "deepp", machine="gcp_b200")
+    assert rc == 2, out
+    assert "localhost: --tags deepp: no layer or step has that tag; accepted: preflight, system" in out
+    assert "Nothing was changed." in out and recap(out)["changed"] == 0
+    assert "PLAY [Preflight" not in out

@@ -10,6 +10,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate imp
     deepep_ref_generation,
     manual_mapping,
     source_nvshmem_problems,
+    tag_problems,
     validate,
 )
 
@@ -163,3 +164,14 @@ def test_source_nvshmem_without_ibgda_rdma_core_is_refused(rdma, policy, found, 
     assert problem["msg"].startswith("nvshmem_ibgda_method: 'source' is not accepted (IBGDA needs DOCA-OFED's")
     assert found in problem["msg"] and doca in problem["msg"]
     assert "accepted: wheel" in problem["msg"]
+
+
+def test_layer_tags_pass_and_typos_are_refused():
+    assert tag_problems(["all"], []) == []
+    assert tag_problems(["deepep"], ["deepep_verify"]) == []
+    assert tag_problems(["system", "gdrcopy"], ["never"]) == []
+    (run,) = tag_problems(["deepp"], [])
+    assert run["var"] == "--tags" and run["value"] == "deepp"
+    assert run["msg"].startswith("--tags deepp: no layer or step has that tag; accepted: preflight, system, doca_ofed")
+    (skip,) = tag_problems(["all"], ["verify"])
+    assert skip["msg"].startswith("--skip-tags verify: no layer or step has that tag")
