@@ -173,7 +173,8 @@ def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=()):
 # The layer tags of site.yml / system.yml / deepep.yml, and Ansible's own special tags.
 LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep",
               "deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")
-SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
+# Ansible's special tags, and the ones molecule skips on every converge.
+SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest", "molecule-notest")
 
 
 def tag_problems(run_tags, skip_tags):
