@@ -173,8 +173,8 @@ def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=()):
 # The layer tags of site.yml / system.yml / deepep.yml, and Ansible's own special tags.
 LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep",
               "deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")
-# Ansible's special tags, and the ones molecule skips on every converge.
-SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest", "molecule-notest")
+# Ansible's special tags, and molecule's (it skips notest and molecule-* tags on converge and idempotence).
+SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest")
 
 
 def tag_problems(run_tags, skip_tags):
@@ -183,7 +183,7 @@ def tag_problems(run_tags, skip_tags):
     problems = []
     for option, tags in (("--tags", run_tags), ("--skip-tags", skip_tags)):
         for tag in tags or []:
-            if tag not in LAYER_TAGS + SPECIAL_TAGS:
+            if tag not in LAYER_TAGS + SPECIAL_TAGS and not tag.startswith("molecule-"):
                 problems.append({"var": option, "value": tag, "accepted": " | ".join(LAYER_TAGS),
                                  "msg": "%s %s: no layer or step has that tag; accepted: %s" % (
                                      option, tag, ", ".join(LAYER_TAGS))})

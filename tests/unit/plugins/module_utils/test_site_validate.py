@@ -170,7 +170,8 @@ def test_layer_tags_pass_and_typos_are_refused():
     assert tag_problems(["all"], []) == []
     assert tag_problems(["deepep"], ["deepep_verify"]) == []
     assert tag_problems(["system", "gdrcopy"], ["never"]) == []
-    assert tag_problems(["all"], ["molecule-notest", "notest"]) == []  # what molecule passes on converge
+    # What molecule passes on converge and idempotence.
+    assert tag_problems(["all"], ["molecule-notest", "notest", "molecule-idempotence-notest"]) == []
     (run,) = tag_problems(["deepp"], [])
     assert run["var"] == "--tags" and run["value"] == "deepp"
     assert run["msg"].startswith("--tags deepp: no layer or step has that tag; accepted: preflight, system, doca_ofed")
