@@ -48,6 +48,7 @@ def run_inventory(node, extra, playbook="deepep.yml"):
     """Like run() against the inventory given in extra (-i ...), without the single-host recap."""
     variables = dict(VARIABLES(node))
     variables.pop("deepep_prefix")  # per host in that inventory
+    variables.pop("deepep_python")  # likewise
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
     cmd = [PLAYBOOK_BIN, os.path.join(REPO, "playbooks", playbook), "-e", json.dumps(variables)] + list(extra)
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -90,6 +91,11 @@ def test_build_env_script_tests_then_nothing_to_do(node):
     assert "CPATH = '%s/include/cccl'" % node["cuda"] in built
     # The interpreter's nvidia-nvshmem wheel is found by setup.py itself: no NVSHMEM_DIR.
     assert "NVSHMEM_DIR = None" in built
+    # The wheel (bdist_wheel) went next to the interpreter's torch, and deep_ep imports from there without the tree.
+    site = node["tmp"] / "venv" / "site-packages"
+    assert (site / "deep_ep_cpp.py").read_text() == built
+    assert (current / "src" / "dist" / "deep_ep-1.2.1-py3-none-any.whl").is_file()
+    assert "Check that the installed wheel is the deep_ep that imports" in out
     script = (node["prefix"] / "env.sh").read_text()
     assert "NVSHMEM_REMOTE_TRANSPORT" not in script and "KF36" in script
     assert "%s/src" % current in script
@@ -286,12 +292,14 @@ def test_build_once_install_everywhere(node, tmp_path):
     cache = tmp_path / "cache"
     hosts = {}
     for name in ("n1", "n2"):
+        # One interpreter path on every node, as on a fleet (it is a build input); here it is one interpreter.
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                       "deepep_prefix": str(tmp_path / name / "opt")}
+                       "deepep_prefix": str(tmp_path / name / "opt"), "deepep_python": node["python"]}
     inventory = tmp_path / "two-nodes.json"
     inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    # One fork: the nodes share that interpreter, so their wheel installs must not run at the same time.
     fanout = ["-i", str(inventory), "-e", json.dumps({"deepep_cache_dir": str(cache)}), "--skip-tags", "deepep_verify",
-              "--tags", "deepep"]
+              "--tags", "deepep", "--forks", "1"]
 
     def roles(out):
         return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?DeepEP (?:[0-9a-f]+|\(fingerprint known once the "
@@ -315,6 +323,12 @@ def test_build_once_install_everywhere(node, tmp_path):
     assert os.path.isfile(os.path.join(n1, "build.log")) and not os.path.isfile(os.path.join(n1, "install.log"))
     assert os.path.isfile(os.path.join(n2, "install.log"))  # verified there, not built
     assert os.path.isfile(os.path.join(n2, "src", "deep_ep_cpp.py"))
+    # The one build's wheel is installed next to the torch; n2 found it there already (same files, same site).
+    installed = node["tmp"] / "venv" / "site-packages" / "deep_ep_cpp.py"
+    assert installed.read_text() == open(os.path.join(n1, "src", "deep_ep_cpp.py")).read()
+    wheel_task = re.search(r"TASK \[moe_infra.deepep.deepep : Install the DeepEP wheel next to its torch\][^\n]*\n"
+                           r"(\w+): \[n1\]\n(\w+): \[n2\]", out)
+    assert wheel_task and wheel_task.groups() == ("changed", "ok"), out
 
     rc, out = run_inventory(node, fanout)
     assert rc == 0, out
@@ -350,7 +364,8 @@ def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):
         hosts = {}
         for name in names:
             hosts[name] = dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                                "deepep_prefix": str(tmp_path / name / "opt")}, **extra)
+                                "deepep_prefix": str(tmp_path / name / "opt"), "deepep_python": node["python"]},
+                               **extra)
         inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
         return ["-i", str(inventory), "-e", json.dumps({"deepep_cache_dir": str(cache), "nvshmem_ibgda_method": "source"}),
                 # Each node's own layers under its own prefix (over the single-node VARIABLES).

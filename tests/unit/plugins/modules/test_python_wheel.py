@@ -1,0 +1,73 @@
+# -*- coding: utf-8 -*-
+"""python_wheel on a stand-in interpreter (tests/fixtures/python_site) with the wheel the fixture DeepEP's
+`setup.py bdist_wheel` packs; the install is the interpreter's real pip."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from ansible_collections.moe_infra.deepep.plugins.modules import python_wheel as module
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+                        "fixtures")
+
+
+def build_wheel(python, tree, arch="9.0"):
+    if not tree.exists():
+        shutil.copytree(os.path.join(FIXTURES, "deepep_src"), str(tree))
+    subprocess.run([python, "setup.py", "bdist_wheel", "--dist-dir", "dist"], cwd=str(tree), check=True,
+                   env=dict(os.environ, TORCH_CUDA_ARCH_LIST=arch), capture_output=True)
+    return tree / "dist"
+
+
+def test_installs_next_to_torch_then_nothing_to_do(run_module, tmp_path):
+    python = make_python_site(tmp_path / "venv")
+    dist = build_wheel(python, tmp_path / "src")
+    site = tmp_path / "venv" / "site-packages"
+
+    result, failed = run_module(module, {"python": python, "wheel": str(dist)}, check_mode=True)
+    assert not failed and result["changed"] is True, result
+    assert result["reason"].startswith("would install: 5 of 5 files differ or are missing (first deep_ep-1.2.1.dist-info/METADATA)")
+    assert not (site / "deep_ep_cpp.py").exists()
+
+    result, failed = run_module(module, {"python": python, "wheel": str(dist)})
+    assert not failed and result["changed"] is True, result
+    assert result["site_dir"] == str(site) and result["distribution"] == {"name": "deep_ep", "version": "1.2.1"}
+    assert "TORCH_CUDA_ARCH_LIST = '9.0'" in (site / "deep_ep_cpp.py").read_text()
+    assert (site / "deep_ep-1.2.1.dist-info" / "RECORD").is_file()
+
+    result, failed = run_module(module, {"python": python, "wheel": str(dist)})
+    assert not failed and result["changed"] is False, result
+
+    # A rebuild with other inputs keeps the version string; its files differ, so it is installed.
+    build_wheel(python, tmp_path / "src", arch="10.0")
+    result, failed = run_module(module, {"python": python, "wheel": str(dist)})
+    assert not failed and result["changed"] is True and "first deep_ep_cpp.py" in result["reason"], result
+    assert "TORCH_CUDA_ARCH_LIST = '10.0'" in (site / "deep_ep_cpp.py").read_text()
+    assert sorted(p.name for p in site.glob("deep_ep*.dist-info")) == ["deep_ep-1.2.1.dist-info"]
+
+
+def test_a_wheel_not_built_yet(run_module, tmp_path):
+    python = make_python_site(tmp_path / "venv")
+    missing = str(tmp_path / "builds" / "0123abcd" / "src" / "dist")
+    result, failed = run_module(module, {"python": python, "wheel": missing}, check_mode=True)
+    assert not failed and result["changed"] is True and "once it is built" in result["reason"], result
+    result, failed = run_module(module, {"python": python, "wheel": missing})
+    assert failed and result["msg"] == "wheel: %s does not exist" % missing
+
+
+def test_a_directory_with_two_wheels_is_refused(run_module, tmp_path):
+    python = make_python_site(tmp_path / "venv")
+    dist = build_wheel(python, tmp_path / "src")
+    shutil.copy(str(next(dist.glob("*.whl"))), str(dist / "deep_ep-1.2.0-py3-none-any.whl"))
+    result, failed = run_module(module, {"python": python, "wheel": str(dist)})
+    assert failed and "holds 2 wheels (deep_ep-1.2.0-py3-none-any.whl, deep_ep-1.2.1-py3-none-any.whl)" in result["msg"]
+
+
+def test_next_to_a_module_the_interpreter_lacks(run_module, tmp_path):
+    python = make_python_site(tmp_path / "venv")
+    dist = build_wheel(python, tmp_path / "src")
+    result, failed = run_module(module, {"python": python, "wheel": str(dist), "next_to": "vllm"})
+    assert failed and result["msg"].startswith("next_to: vllm does not import with %s (ModuleNotFoundError" % python)
