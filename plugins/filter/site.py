@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
+    interpreter_problems,
     manual_mapping,
     source_nvshmem_problems,
     tag_problems,
@@ -56,8 +57,17 @@ def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dir
     return source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [])
 
 
+def deepep_interpreter_problems(stack, deepep_version, python):
+    """torch_stack_info's result for deepep_python -> [{var, value, accepted, msg}]: no torch, or for V2 a torch
+    older than 2.10 or an NCCL older than 2.30.4."""
+    if not isinstance(stack, dict):
+        raise AnsibleFilterError("deepep_interpreter_problems: expected torch_stack_info's result")
+    return interpreter_problems(stack, deepep_version, python)
+
+
 class FilterModule(object):
     def filters(self):
         return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping,
                 "deepep_fanout_roles": deepep_fanout_roles,
-                "deepep_source_nvshmem_problems": deepep_source_nvshmem_problems}
+                "deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
+                "deepep_interpreter_problems": deepep_interpreter_problems}

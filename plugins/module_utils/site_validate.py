@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import V2_MIN_NCCL, torch_pin_problems, version_tuple
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import DOCA_POLICIES, doca_decision
 
@@ -168,6 +168,29 @@ def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=()):
     return [_problem("nvshmem_ibgda_method", method, "wheel (the torch wheel's NVSHMEM); or source where DOCA-OFED's "
                      "rdma-core is installed or doca_ofed_policy lets this run install it (Mellanox hardware "
                      "present); preflight_rdma_include_dirs names where the headers are", why)]
+
+
+def interpreter_problems(stack, deepep_version, python):
+    """A given interpreter (deepep_python) that cannot build the DeepEP generation asked for, read before any
+    layer runs: V2 needs torch >= 2.10 and NCCL >= 2.30.4 (KF31); every generation needs torch. stack:
+    torch_stack_info's result. Returns [problem]."""
+    torch = (stack.get("torch") or {}).get("version")
+    if torch is None:
+        return [_problem("deepep_python", python, "an interpreter with torch installed, or '' for the role's venv "
+                         "with deepep_torch_version", "it has no torch")]
+    if deepep_version != "v2":
+        return []
+    problems = []
+    if version_tuple(torch)[:2] < V2_MIN_TORCH:
+        problems.append(_problem("deepep_python", python, "an interpreter with torch >= 2.10 for deepep_version=v2, "
+                                 "or deepep_version=v1", "its torch is %s; DeepEP V2 needs torch >= 2.10" % torch))
+    nccl = (stack.get("torch") or {}).get("nccl") or (stack.get("nccl_wheel") or {}).get("version")
+    found = version_tuple(nccl)
+    if found is None or found < V2_MIN_NCCL:
+        problems.append(_problem("deepep_python", python, "an interpreter whose NCCL is >= 2.30.4 for "
+                                 "deepep_version=v2 (nvidia-nccl-cu12/cu13), or deepep_version=v1",
+                                 "its NCCL is %s; DeepEP V2 needs NCCL >= 2.30.4 (KF31)" % (nccl or "missing")))
+    return problems
 
 
 # The layer tags of site.yml / system.yml / deepep.yml, and Ansible's own special tags.

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -192,3 +193,23 @@ def test_site_refuses_a_tag_that_names_no_layer(tmp_path):
     assert "localhost: --tags deepp: no layer or step has that tag; accepted: preflight, system" in out
     assert "Nothing was changed." in out and recap(out)["changed"] == 0
     assert "PLAY [Preflight" not in out
+
+
+@pytest.mark.parametrize("version, torch, refused", [
+    ("v1", "2.11.0+cu130", None),
+    ("v2", "2.11.0+cu130", "(its NCCL is 2.28.9; DeepEP V2 needs NCCL >= 2.30.4 (KF31))"),
+    ("v2", "2.9.1+cu129", "(its torch is 2.9.1+cu129; DeepEP V2 needs torch >= 2.10)"),
+])
+def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, torch, refused):
+    # The GPU machine's interpreter (stand-in, tests/fixtures/python_site): NCCL 2.28.9.
+    python = make_python_site(tmp_path / "venv", torch=torch)
+    rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", json.dumps({
+        "deepep_python": python, "deepep_version": version}), machine="gcp_b200")
+    assert "TASK [Read the torch and NCCL of the given interpreter]" in out
+    if refused is None:
+        assert rc == 0 and "PLAY [System layers" in out, out
+        return
+    assert rc == 2, out
+    assert "localhost: deepep_python: '%s' is not accepted %s; accepted: an interpreter" % (python, refused) in out
+    assert "Nothing was changed." in out and recap(out)["changed"] == 0
+    assert "PLAY [System layers" not in out

@@ -97,6 +97,11 @@ def test_every_node_has_the_stack(host, name):
     current = host.file("/opt/deepep/deepep/current")
     assert current.is_symlink and current.linked_to.endswith(site["deepep"]["fingerprint"])
     assert host.file(current.linked_to + "/src/deep_ep_cpp.py").contains("TORCH_CUDA_ARCH_LIST = '10.0'")
+    # The build's wheel is installed next to the stand-in torch (built there or installed from the cache).
+    assert site["deepep"]["wheel"] == current.linked_to + "/src/dist/deep_ep-1.2.1-py3-none-any.whl"
+    assert site["deepep"]["wheel_site_dir"] == "/opt/torch/site-packages"
+    assert host.file("/opt/torch/site-packages/deep_ep_cpp.py").contains("TORCH_CUDA_ARCH_LIST = '10.0'")
+    assert host.file("/opt/torch/site-packages/deep_ep-1.2.1.dist-info/RECORD").is_file
     assert host.file("/opt/deepep/env.sh").contains("DEEP_EP_DEVICE_TO_HCA_MAPPING")
 
 

@@ -15,18 +15,20 @@ NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "me
 
 
 def test_every_site_filter_is_registered():
-    assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_manual_mapping", "deepep_site_problems",
-                               "deepep_source_nvshmem_problems"]
+    assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_interpreter_problems", "deepep_manual_mapping",
+                               "deepep_site_problems", "deepep_source_nvshmem_problems"]
 
 
 @pytest.mark.parametrize("name, value", [
     ("deepep_site_problems", ["deepep_version"]),
     ("deepep_source_nvshmem_problems", "rocep4s0"),
     ("deepep_fanout_roles", {"host": "n1"}),
+    ("deepep_interpreter_problems", "/usr/bin/python3"),
 ])
 def test_wrong_shapes_are_refused_naming_the_filter(name, value):
     with pytest.raises(AnsibleFilterError, match="^%s: expected" % name):
-        FILTERS[name](value) if name != "deepep_source_nvshmem_problems" else FILTERS[name](value, "source")
+        FILTERS[name](value, *{"deepep_source_nvshmem_problems": ("source",),
+                                "deepep_interpreter_problems": ("v2", "/usr/bin/python3")}.get(name, ()))
 
 
 def test_source_nvshmem_on_a_node_without_nics():

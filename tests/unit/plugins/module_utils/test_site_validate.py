@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
+    interpreter_problems,
     deepep_ref_generation,
     manual_mapping,
     source_nvshmem_problems,
@@ -177,3 +178,29 @@ def test_layer_tags_pass_and_typos_are_refused():
     assert run["msg"].startswith("--tags deepp: no layer or step has that tag; accepted: preflight, system, doca_ofed")
     (skip,) = tag_problems(["all"], ["verify"])
     assert skip["msg"].startswith("--skip-tags verify: no layer or step has that tag")
+
+
+def _stack(torch="2.11.0+cu130", nccl="2.28.9", nccl_wheel=None):
+    """torch_stack_info's result, shaped as the module returns it (the GPU machine's: torch 2.11, NCCL 2.28.9)."""
+    return {"torch": {"version": torch, "cuda": "13.0" if torch else None, "nccl": nccl if torch else None},
+            "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": nccl_wheel, "dir": "/x"} if nccl_wheel else None}
+
+
+def test_given_interpreter_for_v1_and_a_v2_ready_one_pass():
+    assert interpreter_problems(_stack(), "v1", "/opt/torch/.venv/bin/python3") == []
+    assert interpreter_problems(_stack(torch="2.10.0+cu130", nccl="2.30.4"), "v2", "/p") == []
+    # torch's own NCCL unknown: the wheel's version counts.
+    assert interpreter_problems(_stack(torch="2.12.0", nccl=None, nccl_wheel="2.31.0"), "v2", "/p") == []
+
+
+def test_given_interpreter_without_torch_or_too_old_for_v2():
+    (problem,) = interpreter_problems(_stack(torch=None), "v1", "/usr/bin/python3")
+    assert problem["msg"] == ("deepep_python: '/usr/bin/python3' is not accepted (it has no torch); accepted: an "
+                              "interpreter with torch installed, or '' for the role's venv with deepep_torch_version")
+    torch, nccl = interpreter_problems(_stack(torch="2.9.1+cu129", nccl="2.27.5"), "v2", "/p")
+    assert "(its torch is 2.9.1+cu129; DeepEP V2 needs torch >= 2.10)" in torch["msg"]
+    assert "(its NCCL is 2.27.5; DeepEP V2 needs NCCL >= 2.30.4 (KF31))" in nccl["msg"]
+    (nccl,) = interpreter_problems(_stack(nccl="2.28.9"), "v2", "/p")
+    assert nccl["var"] == "deepep_python" and "accepted: an interpreter whose NCCL is >= 2.30.4" in nccl["msg"]
+    (missing,) = interpreter_problems(_stack(nccl=None), "v2", "/p")
+    assert "its NCCL is missing" in missing["msg"]
