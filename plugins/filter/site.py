@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
@@ -23,7 +25,8 @@ def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     ansible_skip_tags, also tags that name no layer."""
     if not isinstance(site_vars, dict):
         raise AnsibleFilterError("deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
-    return tag_problems(run_tags, skip_tags) + validate(site_vars)
+    # Filters run on the controller, where the cache and the source archives are.
+    return tag_problems(run_tags, skip_tags) + validate(site_vars, os.path.isdir, os.path.exists)
 
 
 def deepep_manual_mapping(topology, value, gpu_count, hcas):

@@ -44,9 +44,10 @@ def deepep_ref_generation(ref):
     return False
 
 
-def validate(site_vars):
+def validate(site_vars, isdir=None, exists=None):
     """Problems with the variables the site playbook is about to use. site_vars: {name: value}; absent names
-    take the roles' defaults and are not checked."""
+    take the roles' defaults and are not checked. isdir / exists: path tests on the controller (where the cache
+    and the source archives live); None skips those checks."""
     problems = []
     for var, accepted in sorted(CHOICES.items()):
         if var in site_vars and site_vars[var] not in accepted:
@@ -96,9 +97,7 @@ def validate(site_vars):
             problems.append(_problem("deepep_max_fail_percentage", site_vars["deepep_max_fail_percentage"],
                                      "an integer 0-100 (the share of a batch that may fail)"))
 
-    if site_vars.get("deepep_offline") in (True, "true", "True", "yes", "1") and not site_vars.get("deepep_cache_dir"):
-        problems.append(_problem("deepep_offline", site_vars["deepep_offline"], "true only with deepep_cache_dir set "
-                                 "(the controller directory of the builds the nodes install)", "no cache to use"))
+    problems.extend(_source_problems(site_vars, isdir, exists))
 
     for var in ("deepep_arch_list", "nvshmem_ibgda_arch_list"):
         values = site_vars.get(var) or []
@@ -110,6 +109,45 @@ def validate(site_vars):
             except ArchError as exc:
                 problems.append(_problem(var, value, "compute capabilities like 9.0 or 10.0, or GPU names",
                                          str(exc)))
+    return problems
+
+
+TRUE = (True, "true", "True", "yes", "1")
+# The source archives on the controller, and when each is used (the layer is on and builds from source).
+SOURCES = (
+    ("deepep_src", "deepep_git_url", lambda v: True),
+    ("gdrcopy_src", "gdrcopy_git_url", lambda v: v.get("gdrcopy_enabled", True) in TRUE),
+    ("nvshmem_ibgda_src", "nvshmem_ibgda_git_url", lambda v: v.get("nvshmem_ibgda_method") == "source"),
+)
+
+
+def _source_problems(site_vars, isdir, exists):
+    """Offline mode and the controller-side paths: the cache must exist, every layer that builds must have its
+    source archive (offline means no git), and a source archive that is named must be there."""
+    problems = []
+    offline = site_vars.get("deepep_offline") in TRUE
+    cache = site_vars.get("deepep_cache_dir")
+    if offline and not cache:
+        problems.append(_problem("deepep_offline", site_vars["deepep_offline"], "true only with deepep_cache_dir set "
+                                 "(the controller directory of the builds the nodes install)", "no cache to use"))
+    elif offline and isdir is not None and not isdir(cache):
+        problems.append(_problem("deepep_cache_dir", cache, "an existing controller directory holding the builds "
+                                 "(<component>-<fingerprint>.tar.gz) with deepep_offline=true",
+                                 "it does not exist on the controller"))
+    for var, git_var, used in SOURCES:
+        src = site_vars.get(var)
+        if src and exists is not None and not exists(src):
+            problems.append(_problem(var, src, "a source archive or directory on the controller, or '' for %s"
+                                     % git_var, "it does not exist on the controller"))
+        elif offline and not src and used(site_vars):
+            problems.append(_problem(var, src or "", "a source archive on the controller with deepep_offline=true "
+                                     "(e.g. `git archive` of the pinned ref)", "offline: %s cannot be fetched" % git_var))
+    if offline and not site_vars.get("deepep_python"):
+        extra = str(site_vars.get("deepep_pip_extra_args", ""))
+        if "--no-index" not in extra:
+            problems.append(_problem("deepep_pip_extra_args", extra, "--no-index --find-links <wheel directory> "
+                                     "with deepep_offline=true, or set deepep_python to an interpreter with torch",
+                                     "offline: the role's venv would install torch from an index"))
     return problems
 
 

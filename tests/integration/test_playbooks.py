@@ -122,6 +122,10 @@ def test_doctor_on_a_node_without_gpus(tmp_path):
     ("deepep_git_ref=main", "deepep_git_ref: 'main' is not accepted (neither V1 nor V2-shaped"),
     ('{"deepep_arch_list": ["sm90"]}', "deepep_arch_list: 'sm90' is not accepted"),
     ("deepep_serial=0", "deepep_serial: '0' is not accepted; accepted: a batch size >= 1"),
+    ("deepep_offline=true deepep_cache_dir=/nonexistent/deepep-cache",
+     "deepep_cache_dir: '/nonexistent/deepep-cache' is not accepted (it does not exist on the controller)"),
+    ("deepep_src=/nonexistent/DeepEP.tar.gz",
+     "deepep_src: '/nonexistent/DeepEP.tar.gz' is not accepted (it does not exist on the controller)"),
 ])
 def test_site_refuses_bad_variables_before_touching_a_host(tmp_path, extra, message):
     rc, out = playbook("site.yml", tmp_path, "-e", extra, machine="gcp_b200")

@@ -129,10 +129,45 @@ def test_manual_mapping_refused(value, why, accepted):
     assert found[0]["msg"].startswith("deepep_hca_mapping: ")
 
 
+# An air-gapped site as README describes it: the cache, every source as an archive, wheels for the role's venv.
+OFFLINE = {"deepep_offline": True, "deepep_cache_dir": "/srv/deepep-cache", "deepep_src": "/srv/src/DeepEP.tar.gz",
+           "gdrcopy_src": "/srv/src/gdrcopy.tar.gz", "nvshmem_ibgda_src": "/srv/src/nvshmem.tar.gz",
+           "deepep_pip_extra_args": "--no-index --find-links /srv/wheels"}
+CONTROLLER = {"/srv/deepep-cache", "/srv/src/DeepEP.tar.gz", "/srv/src/gdrcopy.tar.gz", "/srv/src/nvshmem.tar.gz"}
+
+
+def offline_problems(**changes):
+    site = dict(GOOD, **dict(OFFLINE, **changes))
+    site = dict((k, v) for k, v in site.items() if v is not None)
+    return validate(site, isdir=lambda p: p == "/srv/deepep-cache", exists=lambda p: p in CONTROLLER)
+
+
 def test_offline_needs_a_cache():
     found = problems(deepep_offline=True)
-    assert [p["var"] for p in found] == ["deepep_offline"] and "(no cache to use)" in found[0]["msg"]
-    assert problems(deepep_offline=True, deepep_cache_dir="/srv/deepep-cache") == []
+    assert found[0]["var"] == "deepep_offline" and "(no cache to use)" in found[0]["msg"]
+    assert offline_problems() == []
+    (found,) = offline_problems(deepep_cache_dir="/srv/deepep-cach")
+    assert found["msg"] == ("deepep_cache_dir: '/srv/deepep-cach' is not accepted (it does not exist on the "
+                            "controller); accepted: an existing controller directory holding the builds "
+                            "(<component>-<fingerprint>.tar.gz) with deepep_offline=true")
+
+
+def test_offline_needs_every_source_as_an_archive_and_wheels_for_the_venv():
+    found = offline_problems(deepep_src=None, gdrcopy_src=None, nvshmem_ibgda_src=None, deepep_pip_extra_args=None)
+    assert [p["var"] for p in found] == ["deepep_src", "gdrcopy_src", "nvshmem_ibgda_src", "deepep_pip_extra_args"]
+    assert "(offline: deepep_git_url cannot be fetched)" in found[0]["msg"]
+    assert "(offline: the role's venv would install torch from an index)" in found[3]["msg"]
+    # Layers that do not build from source need no archive; a given interpreter needs no wheels.
+    assert offline_problems(gdrcopy_src=None, gdrcopy_enabled=False, nvshmem_ibgda_src=None,
+                            nvshmem_ibgda_method="wheel", deepep_pip_extra_args=None,
+                            deepep_python="/opt/torch/.venv/bin/python3") == []
+
+
+def test_a_source_archive_that_is_not_on_the_controller():
+    (found,) = offline_problems(deepep_offline=False, gdrcopy_src="/srv/src/gdrcopy-2.5.tar.gz")
+    assert found["msg"] == ("gdrcopy_src: '/srv/src/gdrcopy-2.5.tar.gz' is not accepted (it does not exist on the "
+                            "controller); accepted: a source archive or directory on the controller, or '' for "
+                            "gdrcopy_git_url")
 
 
 # rdma_hca_info's results: GCP B200 before DOCA (rocep names, distro rdma-core without the dma-buf symbol),
