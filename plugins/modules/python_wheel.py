@@ -13,8 +13,8 @@ version_added: "0.1.0"
 description:
   - Installs one wheel file (e.g. DeepEP's C(setup.py bdist_wheel) output) with the interpreter's own pip,
     C(--no-deps --no-index --upgrade --target), into the site directory that holds the module named by
-    O(next_to) (default C(torch): an extension goes where the torch it was built against lives).
-  - Idempotent by content, not by version string (DeepEP builds of one release all say C(1.2.1)): nothing is
+    O(next_to) (default C(torch), since an extension goes where the torch it was built against lives).
+  - Idempotent by content, not by version string (DeepEP builds of one release all say C(1.2.1)). Nothing is
     done when every file the wheel's C(RECORD) lists is installed with the same hash; a rebuild against another
     torch has other hashes and is installed.
   - Check mode reports what would be installed and changes nothing; a wheel that is not there yet (its build has
@@ -78,7 +78,8 @@ site_dir:
   type: str
   sample: /opt/torch/.venv/lib/python3.12/site-packages
 reason:
-  description: Why it was installed or left alone, e.g. C(installed (3 files differed, first deep_ep_cpp...so)).
+  description: Why it was installed or left alone.
+  sample: "installed: 1 of 9 files differ or are missing (first deep_ep_cpp.cpython-312-x86_64-linux-gnu.so)"
   returned: always
   type: str
 """
@@ -177,8 +178,8 @@ def main():
         module.fail_json(msg="%s could not tell its site directory: %s" % (python, (err or out).strip()[-2000:]))
     if not probe["site"]:
         module.fail_json(msg="next_to: %s does not import with %s (%s); install it first or set next_to to a module "
-                             "that does, or to '' for the interpreter's own site directory" % (name, python,
-                                                                                                 probe["error"]))
+                             "that does, or to '' for the interpreter's own site directory"
+                             % (name, python, probe["error"]))
     site = probe["site"]
     wheel, problem = find_wheel(module.params["wheel"])
     if wheel is None:

@@ -19,6 +19,10 @@ def test_every_site_filter_is_registered():
                                "deepep_site_problems", "deepep_source_nvshmem_problems"]
 
 
+# The arguments after the input, for the filters that take some.
+EXTRA_ARGS = {"deepep_source_nvshmem_problems": ("source",), "deepep_interpreter_problems": ("v2", "/usr/bin/python3")}
+
+
 @pytest.mark.parametrize("name, value", [
     ("deepep_site_problems", ["deepep_version"]),
     ("deepep_source_nvshmem_problems", "rocep4s0"),
@@ -27,8 +31,7 @@ def test_every_site_filter_is_registered():
 ])
 def test_wrong_shapes_are_refused_naming_the_filter(name, value):
     with pytest.raises(AnsibleFilterError, match="^%s: expected" % name):
-        FILTERS[name](value, *{"deepep_source_nvshmem_problems": ("source",),
-                                "deepep_interpreter_problems": ("v2", "/usr/bin/python3")}.get(name, ()))
+        FILTERS[name](value, *EXTRA_ARGS.get(name, ()))
 
 
 def test_source_nvshmem_on_a_node_without_nics():
