@@ -103,7 +103,10 @@ if not name:
 else:
     try:
         module = importlib.import_module(name)
-        print(json.dumps({"site": os.path.dirname(os.path.dirname(os.path.abspath(module.__file__))), "error": None}))
+        path = os.path.abspath(module.__file__)
+        # A package's __file__ is <site>/<name>/__init__.py; a single module's is <site>/<name>.py.
+        site = os.path.dirname(os.path.dirname(path) if hasattr(module, "__path__") else path)
+        print(json.dumps({"site": site, "error": None}))
     except Exception as exc:
         print(json.dumps({"site": None, "error": "%s: %s" % (type(exc).__name__, exc)}))
 """

@@ -71,3 +71,13 @@ def test_next_to_a_module_the_interpreter_lacks(run_module, tmp_path):
     dist = build_wheel(python, tmp_path / "src")
     result, failed = run_module(module, {"python": python, "wheel": str(dist), "next_to": "vllm"})
     assert failed and result["msg"].startswith("next_to: vllm does not import with %s (ModuleNotFoundError" % python)
+
+
+def test_next_to_a_single_file_module(run_module, tmp_path):
+    # A module that is one file in the site, not a package: its site directory is still the site.
+    python = make_python_site(tmp_path / "venv")
+    (tmp_path / "venv" / "site-packages" / "single_module.py").write_text("")
+    dist = build_wheel(python, tmp_path / "src")
+    result, failed = run_module(module, {"python": python, "wheel": str(dist), "next_to": "single_module"},
+                                check_mode=True)
+    assert not failed and result["site_dir"] == str(tmp_path / "venv" / "site-packages"), result
