@@ -128,6 +128,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+action:
+  description:
+    - What the run did, or in check mode would do. V(build), V(artifact) (install O(artifact_in)), V(switch) (point
+      C(current) at an existing build), or V(none) (up to date). V(build) also when the source is not on the node
+      yet.
+  returned: always
+  type: str
+  sample: none
 fingerprint:
   description: Fingerprint of all inputs.
   returned: always
@@ -416,7 +424,7 @@ class SourceBuild(object):
         src = params["src"]
         if self.module.check_mode and src and not os.path.exists(src):
             # Check mode before the task that copies the source: nothing to hash yet.
-            return dict(changed=True, fingerprint=None, reason="source %s is not on the node yet" % src,
+            return dict(changed=True, action="build", fingerprint=None, reason="source %s is not on the node yet" % src,
                         install_dir=None, src_dir=None, current=self.current,
                         previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
                         build_seconds=None)
@@ -456,7 +464,7 @@ class SourceBuild(object):
                 reason = "inputs changed: " + "; ".join(changed_inputs(previous_stamp.get("inputs"), inputs))
 
         result = dict(
-            changed=action is not None, fingerprint=fp, reason=reason, install_dir=install_dir,
+            changed=action is not None, action=action or "none", fingerprint=fp, reason=reason, install_dir=install_dir,
             src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
             source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
             artifact=params["artifact_out"], artifact_written=False,

@@ -66,6 +66,8 @@ def VARIABLES(node):  # noqa: N802  (a table, computed per node)
         "deepep_cuda_home": node["cuda"], "deepep_verify_num_processes": 2,
         "deepep_env_extra": {"DEEPEP_FIXTURE_OUTPUT": os.path.join(FIXTURES, "deepep_output")},
         "deepep_intranode_thresholds": {"dispatch_fp8": 240}, "deepep_low_latency_thresholds": {"dispatch": 240},
+        # The stand-in builds take a second: check on them every second, not every 5-15 s.
+        "gdrcopy_build_poll": 1, "nvshmem_ibgda_build_poll": 1, "deepep_build_poll": 1,
     }
 
 

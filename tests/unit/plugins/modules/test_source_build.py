@@ -41,14 +41,14 @@ def current_target(prefix):
 def test_first_build_then_nothing_to_do(run_module, src, tmp_path):
     prefix = tmp_path / "opt"
     first = build(run_module, src, prefix)
-    assert first["changed"] is True and first["reason"] == "no previous build"
+    assert first["changed"] is True and first["action"] == "build" and first["reason"] == "no previous build"
     assert current_target(prefix) == "builds/" + first["fingerprint"]
     assert (prefix / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
     assert (prefix / "current" / ".moe_infra_stamp.json").exists()
     assert "$ grep -q hello built.txt" in open(first["log"]).read()
     assert first["build_seconds"] is not None
     second = build(run_module, src, prefix)
-    assert second["changed"] is False and second["reason"].startswith("up to date")
+    assert second["changed"] is False and second["action"] == "none" and second["reason"].startswith("up to date")
     assert second["fingerprint"] == first["fingerprint"]
 
 
@@ -116,7 +116,7 @@ def test_switching_back_reuses_the_existing_build(run_module, src, tmp_path):
     first = build(run_module, src, prefix)
     build(run_module, src, prefix, inputs={"torch": "2.12.0"})
     back = build(run_module, src, prefix)
-    assert back["changed"] is True and back["reason"].startswith("switch current to the existing build")
+    assert back["changed"] is True and back["action"] == "switch" and back["reason"].startswith("switch current to the existing build")
     assert back["build_seconds"] is None
     assert current_target(prefix) == "builds/" + first["fingerprint"]
 
@@ -171,7 +171,7 @@ def test_bad_input(run_module, src, tmp_path, extra, message):
 
 def test_check_mode_before_the_source_is_copied(run_module, tmp_path):
     result = build(run_module, tmp_path / "sources" / "DeepEP.tar.gz", tmp_path / "opt", check_mode=True)
-    assert result["changed"] is True and "is not on the node yet" in result["reason"]
+    assert result["changed"] is True and result["action"] == "build" and "is not on the node yet" in result["reason"]
     assert result["fingerprint"] is None and not (tmp_path / "opt").exists()
 
 
@@ -186,7 +186,7 @@ def test_build_once_install_from_the_artifact_elsewhere(run_module, src, tmp_pat
     installed = build(run_module, src, other, artifact_in=str(artifact))
     assert installed["changed"] is True and installed["build_seconds"] is None
     assert installed["fingerprint"] == first["fingerprint"]
-    assert installed["reason"] == "installed from %s (built once on another node)" % artifact
+    assert installed["action"] == "artifact" and installed["reason"] == "installed from %s (built once on another node)" % artifact
     assert (other / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
     assert "$ grep -q hello built.txt" in (other / "current" / "install.log").read_text()
     assert "$ cat input.txt" not in (other / "current" / "install.log").read_text()  # verified, not rebuilt
