@@ -16,7 +16,7 @@ DEV := $(CURDIR)/.build/dev
 SANITY := $(or $(TMPDIR),/tmp)/moe_infra_deepep_sanity/ansible_collections/moe_infra/deepep
 TEST_PYTHON_VERSION = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-.PHONY: provision facts install test units lint sanity molecule docs clean
+.PHONY: provision facts install test check units integration lint sanity molecule docs clean
 
 $(BIN)/.runtime: requirements/runtime.txt
 	WHEELS=$(WHEELS) ./scripts/make-venv $(PYTHON) $(VENV)
@@ -43,19 +43,30 @@ $(DEV)/ansible_collections/moe_infra/deepep:
 	mkdir -p $(DEV)/ansible_collections/moe_infra
 	ln -sfn $(CURDIR) $@
 
-## test: units, ansible-doc, ansible-lint, ansible-test sanity, molecule (where podman runs)
-test: units docs lint sanity molecule
+## test: everything CI runs: check, playbook tests, ansible-test sanity, molecule (where podman runs)
+test: check integration sanity molecule
 
+## check: the fast loop (about a minute): unit tests, ansible-doc, ansible-lint
+check: units docs lint
+
+## units: modules, filters and specs on fixture trees (seconds)
 units: $(BIN)/.test
-	$(BIN)/python -m pytest -q tests/unit tests/integration
+	$(BIN)/python -m pytest -q tests/unit
+
+## integration: ansible-playbook runs of the playbooks on fixture trees and stand-in builds (minutes)
+integration: $(BIN)/.test
+	$(BIN)/python -m pytest -q tests/integration
 
 docs: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
 	ANSIBLE_COLLECTIONS_PATH=$(DEV) ./scripts/check-docs $(BIN)
 
-lint: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
-	ANSIBLE_COLLECTIONS_PATH=$(DEV) PATH=$(BIN):$$PATH $(BIN)/ansible-lint
+# As a user or an editor runs it: ansible-lint installs this collection into .ansible/ itself.
+lint: $(BIN)/.test
+	PATH=$(BIN):$$PATH $(BIN)/ansible-lint
 
+# ansible-test only warns when shellcheck is missing and skips it: here that is a failure.
 sanity: $(BIN)/.test
+	@command -v shellcheck >/dev/null || { echo "sanity: shellcheck is missing (apt-get install shellcheck)"; exit 1; }
 	./scripts/prepare-ansible-test $(BIN)/python
 	rm -rf $(SANITY) && mkdir -p $(SANITY)
 	git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C $(SANITY)

@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+"""Each role's meta/argument_specs.yml and defaults/main.yml say the same thing: every default is a documented
+option (ansible-doc shows the spec), every optional option has a default, and where the spec states a default it
+is the value the role really uses, of the declared type."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLES = sorted(os.listdir(os.path.join(REPO, "roles")))
+TYPES = {"str": str, "path": str, "raw": object, "int": int, "float": (int, float), "bool": bool, "list": list,
+         "dict": dict}
+
+
+def load(role, *path):
+    full = os.path.join(REPO, "roles", role, *path)
+    if not os.path.isfile(full):
+        return None
+    with open(full) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def spec_options(role):
+    """Options of every entry point, by name (an option documented in two entry points must agree)."""
+    specs = load(role, "meta", "argument_specs.yml") or {}
+    options = {}
+    for entry in (specs.get("argument_specs") or {}).values():
+        for name, option in (entry.get("options") or {}).items():
+            assert options.get(name, option) == option, "%s: %s documented differently in two entry points" % (
+                role, name)
+            options[name] = option
+    return options
+
+
+def templated(value):
+    return isinstance(value, str) and "{{" in value
+
+
+def test_every_role_has_a_spec():
+    assert ROLES and all(load(role, "meta", "argument_specs.yml") for role in ROLES), ROLES
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_and_argument_specs_agree(role):
+    defaults = {k: v for k, v in (load(role, "defaults", "main.yml") or {}).items() if not k.startswith("__")}
+    options = spec_options(role)
+    problems = []
+    for name in sorted(set(defaults) - set(options)):
+        problems.append("%s is in defaults/main.yml but not in meta/argument_specs.yml" % name)
+    for name, option in sorted(options.items()):
+        if option.get("required") or (name not in defaults and not name.startswith(role + "_")):
+            continue  # required, or another role's variable this role reads (documented, defaulted there)
+        if name not in defaults:
+            problems.append("%s is optional in meta/argument_specs.yml but has no default in defaults/main.yml" % name)
+            continue
+        value = defaults[name]
+        if "default" in option and not templated(value) and option["default"] != value:
+            problems.append("%s: spec default %r, defaults/main.yml %r" % (name, option["default"], value))
+        expected = TYPES.get(option.get("type", "str"), object)
+        if value is not None and not templated(value) and not isinstance(value, expected):
+            problems.append("%s: type %s in the spec, %r in defaults/main.yml" % (name, option.get("type"), value))
+        if option.get("type") == "int" and isinstance(value, bool):
+            problems.append("%s: type int in the spec, a bool in defaults/main.yml" % name)
+        if "choices" in option and not templated(value) and value not in option["choices"]:
+            problems.append("%s: default %r is not one of its choices %s" % (name, value, option["choices"]))
+    assert not problems, "\n".join(problems)
