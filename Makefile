@@ -13,8 +13,9 @@ BIN := $(CURDIR)/$(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check $(if $(WHEELS),--no-index --find-links $(WHEELS))
 INSTALLED := $(CURDIR)/.build/installed
 DEV := $(CURDIR)/.build/dev
-SANITY := $(or $(TMPDIR),/tmp)/moe_infra_deepep_sanity/ansible_collections/moe_infra/deepep
-TEST_PYTHON_VERSION = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# Each test stage's wall time goes here (scripts/timed); make test prints the table at the end.
+export STAGE_TIMES := $(CURDIR)/.build/stage-times
+TIMED := ./scripts/timed
 
 .PHONY: provision facts install test check units integration lint sanity molecule docs clean
 
@@ -44,36 +45,34 @@ $(DEV)/ansible_collections/moe_infra/deepep:
 	ln -sfn $(CURDIR) $@
 
 ## test: everything CI runs: check, playbook tests, ansible-test sanity, molecule (where podman runs)
-test: check integration sanity molecule
+test:
+	@mkdir -p .build && rm -f $(STAGE_TIMES)
+	$(MAKE) --no-print-directory check integration sanity molecule
+	@echo "make test: every stage passed"; cat $(STAGE_TIMES)
 
 ## check: the fast loop (about a minute): unit tests, ansible-doc, ansible-lint
 check: units docs lint
 
 ## units: modules, filters and specs on fixture trees (seconds)
 units: $(BIN)/.test
-	$(BIN)/python -m pytest -q tests/unit
+	$(TIMED) units $(BIN)/python -m pytest -q tests/unit
 
 ## integration: ansible-playbook runs of the playbooks on fixture trees and stand-in builds (minutes)
 integration: $(BIN)/.test
-	$(BIN)/python -m pytest -q tests/integration
+	$(TIMED) integration ./scripts/run-integration $(BIN)/python
 
 docs: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
-	ANSIBLE_COLLECTIONS_PATH=$(DEV) ./scripts/check-docs $(BIN)
+	ANSIBLE_COLLECTIONS_PATH=$(DEV) $(TIMED) docs ./scripts/check-docs $(BIN)
 
 # As a user or an editor runs it: ansible-lint installs this collection into .ansible/ itself.
 lint: $(BIN)/.test
-	PATH=$(BIN):$$PATH $(BIN)/ansible-lint
+	PATH=$(BIN):$$PATH $(TIMED) lint $(BIN)/ansible-lint
 
-# ansible-test only warns when shellcheck is missing and skips it: here that is a failure.
 sanity: $(BIN)/.test
-	@command -v shellcheck >/dev/null || { echo "sanity: shellcheck is missing (apt-get install shellcheck)"; exit 1; }
-	./scripts/prepare-ansible-test $(BIN)/python
-	rm -rf $(SANITY) && mkdir -p $(SANITY)
-	git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C $(SANITY)
-	cd $(SANITY) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --local --python $(TEST_PYTHON_VERSION) --color no
+	$(TIMED) sanity ./scripts/run-sanity $(BIN)
 
 molecule: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
-	PATH=$(BIN):$$PATH ./scripts/run-molecule
+	PATH=$(BIN):$$PATH $(TIMED) molecule ./scripts/run-molecule
 
 clean:
 	rm -rf .build $(VENV)
