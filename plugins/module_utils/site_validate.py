@@ -11,6 +11,8 @@ import re
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import V2_MIN_NCCL, torch_pin_problems, version_tuple
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
+from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (GIT_REF_ACCEPTED, GIT_URL_ACCEPTED,
+                                                                          git_ref_problem, git_url_problem)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import DOCA_POLICIES, doca_decision
 
 CHOICES = {
@@ -135,6 +137,16 @@ def _source_problems(site_vars, isdir, exists):
                                  "(<component>-<fingerprint>.tar.gz) with deepep_offline=true",
                                  "it does not exist on the controller"))
     for var, git_var, used in SOURCES:
+        # Checked whether used or not: a URL that reads as an option must never reach a node.
+        url = site_vars.get(git_var)
+        why = git_url_problem(url) if url is not None else None
+        if why:
+            problems.append(_problem(git_var, url, GIT_URL_ACCEPTED, why))
+        ref_var = git_var.replace("_url", "_ref")
+        ref = site_vars.get(ref_var)
+        why = git_ref_problem(ref) if ref is not None and ref_var != "deepep_git_ref" else None
+        if why:
+            problems.append(_problem(ref_var, ref, GIT_REF_ACCEPTED, why))
         src = site_vars.get(var)
         if src and exists is not None and not exists(src):
             problems.append(_problem(var, src, "a source archive or directory on the controller, or '' for %s"

@@ -36,7 +36,9 @@ options:
     type: path
   git_url:
     description:
-      - Git repository to fetch O(git_ref) from (into a cache under O(prefix)).
+      - Git repository to fetch O(git_ref) from (into a cache under O(prefix)). An C(https://), C(ssh://) or
+        C(file://) URL, C(user@host:path), or an absolute path; a value starting with C(-) or using git's
+        C(<transport>::) form is refused before git runs, and git always gets it after C(--).
     type: str
   git_ref:
     description:
@@ -193,6 +195,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (GIT_REF_ACCEPTED, GIT_URL_ACCEPTED,
+                                                                          git_ref_problem, git_url_problem)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
     file_digest,
@@ -238,7 +242,7 @@ class SourceBuild(object):
         ref = self.params["git_ref"]
         if len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower()):
             return ref.lower()
-        out = self.git("ls-remote", self.params["git_url"], ref)
+        out = self.git("ls-remote", "--", self.params["git_url"], ref)
         lines = [line.split() for line in out.splitlines() if line.strip()]
         exact = [sha for sha, name in lines if name in (ref, "refs/heads/" + ref, "refs/tags/" + ref + "^{}")]
         tagged = [sha for sha, name in lines if name == "refs/tags/" + ref]
@@ -260,7 +264,7 @@ class SourceBuild(object):
             commit = digest.split(":", 1)[1]
             rc, dummy, dummy = self.module.run_command(["git", "-C", cache, "cat-file", "-e", commit + "^{commit}"])
             if rc != 0:
-                self.git("-C", cache, "fetch", "-q", "--force", self.params["git_url"], self.params["git_ref"])
+                self.git("-C", cache, "fetch", "-q", "--force", "--", self.params["git_url"], self.params["git_ref"])
             tar_path = dest + ".tar"
             self.git("-C", cache, "archive", "--format=tar", "-o", tar_path, commit)
             os.makedirs(dest)
@@ -514,6 +518,13 @@ def main():
     )
     if module.params["keep"] < 1:
         module.fail_json(msg="keep: %s; keep at least 1 build besides current" % module.params["keep"])
+    # Never an option to git (--upload-pack=...), never a transport that runs a command (ext::).
+    for option, check, accepted in (("git_url", git_url_problem, GIT_URL_ACCEPTED),
+                                    ("git_ref", git_ref_problem, GIT_REF_ACCEPTED)):
+        value = module.params[option]
+        why = check(value) if value is not None else None
+        if why:
+            module.fail_json(msg="%s: %r is not accepted (%s); accepted: %s" % (option, value, why, accepted))
     module.exit_json(**SourceBuild(module).run())
 
 

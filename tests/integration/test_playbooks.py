@@ -136,6 +136,20 @@ def test_site_refuses_bad_variables_before_touching_a_host(tmp_path, extra, mess
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
 
 
+@pytest.mark.parametrize("var", ["deepep_git_url", "gdrcopy_git_url", "nvshmem_ibgda_git_url"])
+@pytest.mark.parametrize("check", [False, True])
+def test_a_git_url_that_git_would_read_as_an_option_is_refused_before_anything_runs(tmp_path, var, check):
+    pwned = tmp_path / "pwned"
+    value = "--upload-pack=touch %s;" % pwned
+    rc, out = playbook("site.yml", tmp_path, "-e", json.dumps({var: value, "nvshmem_ibgda_method": "source"}),
+                       *(["--check"] if check else []), machine="gcp_b200")
+    assert "%s: %r is not accepted (it would be read as an option)" % (var, value) in out, out
+    assert not pwned.exists()
+    assert rc == 2 and "Nothing was changed." in out, out
+    assert "Discover NVIDIA GPUs" not in out  # stopped in the validation play
+    assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+
+
 def test_hand_written_mapping_replaces_the_discovered_one(tmp_path):
     out_dir = tmp_path / "report"
     rc, out = playbook("facts.yml", tmp_path, "-e", "deepep_facts_dir=%s" % out_dir,

@@ -239,3 +239,25 @@ def test_given_interpreter_without_torch_or_too_old_for_v2():
     assert nccl["var"] == "deepep_python" and "accepted: an interpreter whose NCCL is >= 2.30.4" in nccl["msg"]
     (missing,) = interpreter_problems(_stack(nccl=None), "v2", "/p")
     assert "its NCCL is missing" in missing["msg"]
+
+
+@pytest.mark.parametrize("var, value, why", [
+    ("deepep_git_url", "--upload-pack=touch /tmp/pwned;", "it would be read as an option"),
+    ("gdrcopy_git_url", "--upload-pack=touch /tmp/pwned;", "it would be read as an option"),
+    ("nvshmem_ibgda_git_url", "ext::sh -c 'touch /tmp/pwned'", "whitespace"),
+    ("nvshmem_ibgda_git_url", "ext::sh%-c%touch%/tmp/pwned", "<transport>::<address>"),
+    ("deepep_git_url", "ftp://example.invalid/DeepEP.git", "scheme ftp:// is not one of https, ssh, file"),
+    ("gdrcopy_git_ref", "--upload-pack=x", "it would be read as an option"),
+    ("nvshmem_ibgda_git_ref", "v3.4.5-0;touch", "not a commit, tag, branch or ref name"),
+])
+def test_git_urls_and_refs_that_would_reach_git_as_options_are_refused(var, value, why):
+    problems = validate({var: value})
+    assert [p["var"] for p in problems] == [var], problems
+    assert problems[0]["msg"].startswith("%s: %r is not accepted (" % (var, value)) and why in problems[0]["msg"]
+
+
+@pytest.mark.parametrize("url", ["https://github.com/NVIDIA/gdrcopy.git", "git@github.com:NVIDIA/nvshmem.git",
+                                 "ssh://git@example.com/DeepEP.git", "file:///srv/git/DeepEP", "/srv/git/DeepEP"])
+def test_git_urls_of_the_accepted_forms_pass(url):
+    assert validate({"deepep_git_url": url, "gdrcopy_git_url": url, "nvshmem_ibgda_git_url": url,
+                     "gdrcopy_git_ref": "v2.5.1", "nvshmem_ibgda_git_ref": "refs/tags/v3.4.5-0"}) == []

@@ -157,6 +157,49 @@ def test_git_source(run_module, src, tmp_path):
     assert failed and "git_ref 'refs/pull/999/head' not found" in result["msg"]
 
 
+@pytest.mark.parametrize("url, ref, message", [
+    ("--upload-pack=touch {pwned};", "v1.2.1", "git_url: '--upload-pack=touch {pwned};' is not accepted (it would be "
+                                               "read as an option)"),
+    ("ext::sh -c touch% {pwned}", "v1.2.1", "is not accepted (it contains whitespace"),
+    ("ext::sh%-c%touch%{pwned}", "v1.2.1", "git's <transport>::<address> form runs a helper command"),
+    ("http://example.invalid/DeepEP.git", "v1.2.1", "scheme http:// is not one of https, ssh, file"),
+    ("https://github.com/deepseek-ai/DeepEP.git", "--output={pwned}", "git_ref: '--output={pwned}' is not accepted"),
+])
+def test_git_url_and_ref_never_reach_git_as_options(run_module, src, tmp_path, url, ref, message):
+    pwned = tmp_path / "pwned"
+    options = args(src, tmp_path / "opt", git_url=url.format(pwned=pwned), git_ref=ref.format(pwned=pwned))
+    del options["src"]
+    result, failed = run_module(module, options)
+    assert failed and message.format(pwned=pwned) in result["msg"], result
+    assert "accepted: an https://, ssh://, file:// URL" in result["msg"] or "accepted: a commit, tag" in result["msg"]
+    assert not pwned.exists() and not (tmp_path / "opt").exists()
+
+
+def test_git_gets_the_url_after_the_end_of_options(run_module, src, tmp_path, monkeypatch):
+    """The argv of ls-remote and fetch: '--' before the URL, whatever it is."""
+    calls = []
+
+    def fake_run_command(self, args, **kwargs):
+        calls.append(list(args))
+        if "ls-remote" in args:
+            return 0, "%s\trefs/tags/v1.2.1\n" % ("a" * 40), ""
+        if "cat-file" in args:
+            return 1, "", ""
+        if "init" in args:
+            return 0, "", ""
+        return 1, "", "stop here"
+    monkeypatch.setattr(module.AnsibleModule, "run_command", fake_run_command)
+    monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, name, required=False: "/usr/bin/" + name)
+    options = args(src, tmp_path / "opt", git_url="git@github.com:deepseek-ai/DeepEP.git", git_ref="v1.2.1")
+    del options["src"]
+    result, failed = run_module(module, options)
+    assert failed and "stop here" in result["msg"] and "fetch" in result["msg"], result
+    ls_remote = next(c for c in calls if "ls-remote" in c)
+    fetch = next(c for c in calls if "fetch" in c)
+    assert ls_remote[1:] == ["ls-remote", "--", "git@github.com:deepseek-ai/DeepEP.git", "v1.2.1"]
+    assert fetch[-3:] == ["--", "git@github.com:deepseek-ai/DeepEP.git", "v1.2.1"]
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"source": "/nonexistent/file.zip"}, "neither a directory nor a tar archive"),
     ({"keep": 0}, "keep at least 1"),
