@@ -17,7 +17,7 @@ DEV := $(CURDIR)/.build/dev
 export STAGE_TIMES := $(CURDIR)/.build/stage-times
 TIMED := ./scripts/timed
 
-.PHONY: provision facts install test check units integration lint sanity molecule docs clean
+.PHONY: provision facts install gcp-extras test check units integration lint sanity molecule docs clean
 
 $(BIN)/.runtime: requirements/runtime.txt
 	WHEELS=$(WHEELS) ./scripts/make-venv $(PYTHON) $(VENV)
@@ -31,6 +31,11 @@ $(BIN)/.test: $(BIN)/.runtime requirements/test.txt
 ## install: build and install this collection for the playbooks (no Galaxy access needed)
 install: $(BIN)/.runtime
 	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install --force --offline -p $(INSTALLED) $(CURDIR) >/dev/null
+
+## gcp-extras: what the GCP dynamic inventory (inventories/gcp-mig) needs: google-auth, requests, google.cloud
+gcp-extras: $(BIN)/.runtime
+	$(PIP) -r requirements/gcp.txt
+	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install -p $(INSTALLED) -r inventories/gcp-mig/requirements.yml
 
 ## provision: run playbooks/site.yml against INVENTORY (default: this host)
 provision: install

@@ -93,6 +93,14 @@ def parse_low_latency(text):
     return {"ranks": ordered, "summary": summary}
 
 
+# The keys each kind of test's thresholds may use (the bandwidths its parser reports).
+THRESHOLD_KEYS = {
+    "intranode": ("dispatch_fp8", "dispatch_bf16", "combine_bf16"),
+    "internode": ("dispatch_fp8", "dispatch_bf16", "combine_bf16"),
+    "low_latency": ("dispatch", "combine"),
+}
+
+
 def below_thresholds(kind, parsed, thresholds):
     """Names of thresholds not met: 'dispatch_fp8 247.0 < 250' style strings."""
     misses = []

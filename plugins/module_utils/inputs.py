@@ -47,3 +47,42 @@ def git_ref_problem(ref):
     if not REF_RE.match(ref) or ".." in ref:
         return "not a commit, tag, branch or ref name"
     return None
+
+
+# Characters a path may hold: none that a shell or a search-path variable (':') would read differently.
+SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9._/+@-]+$")
+PATH_ACCEPTED = "an absolute, normalised path of letters, digits and . _ / + @ -"
+# A prefix gets builds/, current, sources/ and artifacts/ inside it: never a system directory itself, never inside
+# a tree the distribution or the kernel owns.
+SYSTEM_DIRS = ("/", "/usr", "/usr/local", "/opt", "/var", "/var/lib", "/home", "/root", "/tmp", "/srv", "/mnt",
+               "/media")
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys",
+                "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/sbin",
+                "/usr/share", "/usr/src", "/var/lib/dpkg", "/var/lib/apt")
+PREFIX_ACCEPTED = PATH_ACCEPTED + ", a directory of its own (not / or a system directory such as /usr or /opt)"
+
+
+def path_problem(path):
+    """A node path that reaches commands (the interpreter, the venv, the env script, CUDA's home)."""
+    path = str(path)
+    if not path.startswith("/"):
+        return "not an absolute path"
+    if not SAFE_PATH_RE.match(path):
+        return "it holds a character a shell would interpret (space, quote, $, `, ;, newline, ...)"
+    if path != "/" and (path.endswith("/") or "//" in path or
+                        any(part in (".", "..") for part in path.split("/"))):
+        return "not normalised"
+    return None
+
+
+def prefix_problem(path):
+    """A directory the role owns and writes builds into."""
+    why = path_problem(path)
+    if why:
+        return why
+    path = str(path)
+    if path in SYSTEM_DIRS:
+        return "a system directory, not one of its own"
+    if any(path == tree or path.startswith(tree + "/") for tree in SYSTEM_TREES):
+        return "inside a tree the distribution or the kernel owns"
+    return None

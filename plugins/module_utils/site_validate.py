@@ -11,8 +11,12 @@ import re
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import V2_MIN_NCCL, torch_pin_problems, version_tuple
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
-from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (GIT_REF_ACCEPTED, GIT_URL_ACCEPTED,
-                                                                          git_ref_problem, git_url_problem)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import THRESHOLD_KEYS
+from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import NAME_RE, PATH_VARIABLES
+from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
+    GIT_REF_ACCEPTED, GIT_URL_ACCEPTED, PATH_ACCEPTED, PREFIX_ACCEPTED, SAFE_PATH_RE, git_ref_problem,
+    git_url_problem, path_problem, prefix_problem)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import OPTION_NAME_RE
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import DOCA_POLICIES, doca_decision
 
 CHOICES = {
@@ -100,6 +104,8 @@ def validate(site_vars, isdir=None, exists=None):
                                      "an integer 0-100 (the share of a batch that may fail)"))
 
     problems.extend(_source_problems(site_vars, isdir, exists))
+
+    problems.extend(value_problems(site_vars))
 
     for var in ("deepep_arch_list", "nvshmem_ibgda_arch_list"):
         values = site_vars.get(var) or []
@@ -260,4 +266,103 @@ def tag_problems(run_tags, skip_tags):
                 problems.append({"var": option, "value": tag, "accepted": " | ".join(LAYER_TAGS),
                                  "msg": "%s %s: no layer or step has that tag; accepted: %s" % (
                                      option, tag, ", ".join(LAYER_TAGS))})
+    return problems
+
+
+# Directories the roles own and build into.
+PREFIX_VARS = ("deepep_prefix", "gdrcopy_prefix", "nvshmem_ibgda_prefix", "deepep_venv")
+# Node paths that reach commands or the env script; '' means "not set" where the role allows it.
+PATH_VARS = ("deepep_python", "deepep_env_script", "deepep_report_dir", "deepep_cuda_home", "nvshmem_ibgda_cuda_home",
+             "nvshmem_ibgda_rdma_include_dir", "nvshmem_ibgda_python", "gdrcopy_nvidia_src_dir")
+# (variable, smallest accepted value, what it means)
+COUNTS = (
+    ("deepep_verify_timeout", 1, "seconds before a test counts as hung"),
+    ("deepep_verify_num_processes", 0, "test processes, 0 for one per GPU"),
+    ("deepep_build_jobs", 0, "build jobs, 0 to let torch decide"),
+    ("gdrcopy_build_jobs", 0, "make jobs, 0 for one per CPU"),
+    ("nvshmem_ibgda_build_jobs", 0, "build jobs, 0 for one per CPU"),
+    ("deepep_build_poll", 1, "seconds between checks on a running build"),
+    ("gdrcopy_build_poll", 1, "seconds between checks on a running build"),
+    ("nvshmem_ibgda_build_poll", 1, "seconds between checks on a running build"),
+    ("deepep_internode_timeout", 1, "seconds the internode test may take"),
+)
+RELEASE_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+
+
+def _integer(value):
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def value_problems(site_vars):
+    """Paths, counts, thresholds and names that the roles would refuse (or, worse, use) only once they run:
+    checked here, before any host is touched."""
+    problems = []
+    for var in PREFIX_VARS:
+        if var in site_vars:
+            why = prefix_problem(site_vars[var])
+            if why:
+                problems.append(_problem(var, site_vars[var], PREFIX_ACCEPTED, why))
+    for var in PATH_VARS:
+        value = site_vars.get(var)
+        if value not in (None, ""):
+            why = path_problem(value)
+            if why:
+                problems.append(_problem(var, value, PATH_ACCEPTED + ", or '' where the role allows it", why))
+    venv_python = site_vars.get("deepep_venv_python")
+    if venv_python is not None and not SAFE_PATH_RE.match(str(venv_python)):
+        problems.append(_problem("deepep_venv_python", venv_python, "an interpreter's name (python3.12) or absolute "
+                                 "path, of letters, digits and . _ / + @ -", "it holds a character a shell would "
+                                 "interpret"))
+    for var, least, meaning in COUNTS:
+        if var in site_vars:
+            number = _integer(site_vars[var])
+            if number is None or number < least:
+                problems.append(_problem(var, site_vars[var], "a whole number >= %d (%s)" % (least, meaning)))
+    if "doca_ofed_version" in site_vars and not RELEASE_RE.match(str(site_vars["doca_ofed_version"])):
+        problems.append(_problem("doca_ofed_version", site_vars["doca_ofed_version"],
+                                 "a DOCA release like 3.2.1 (the repository's path)"))
+    for var, kind in (("deepep_intranode_thresholds", "intranode"), ("deepep_low_latency_thresholds", "low_latency"),
+                      ("deepep_internode_thresholds", "internode")):
+        thresholds = site_vars.get(var)
+        if thresholds is None:
+            continue
+        keys = THRESHOLD_KEYS[kind]
+        accepted = "a mapping of %s to GB/s > 0" % " | ".join(keys)
+        if not isinstance(thresholds, dict):
+            problems.append(_problem(var, thresholds, accepted))
+            continue
+        for key, minimum in sorted(thresholds.items(), key=lambda kv: str(kv[0])):
+            if key not in keys:
+                problems.append(_problem(var, {key: minimum}, accepted, "unknown key %s" % key))
+                continue
+            try:
+                ok = float(minimum) > 0 and not isinstance(minimum, bool)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                problems.append(_problem(var, {key: minimum}, accepted, "not a bandwidth > 0"))
+    extra = site_vars.get("deepep_env_extra")
+    if isinstance(extra, dict):
+        for name in sorted(extra, key=str):
+            if not NAME_RE.match(str(name)):
+                problems.append(_problem("deepep_env_extra", name, "variable names (letters, digits, _)",
+                                         "not a variable name"))
+            elif name in PATH_VARIABLES:
+                problems.append(_problem("deepep_env_extra", name, "variables other than %s"
+                                         % ", ".join(PATH_VARIABLES), "managed by the role"))
+    elif extra is not None:
+        problems.append(_problem("deepep_env_extra", extra, "a mapping of variable names to values"))
+    options = site_vars.get("nvshmem_ibgda_cmake_options")
+    if isinstance(options, dict):
+        for name in sorted(options, key=str):
+            if not OPTION_NAME_RE.match(str(name)):
+                problems.append(_problem("nvshmem_ibgda_cmake_options", name, "cmake variable names like "
+                                         "NVSHMEM_MPI_SUPPORT", "not a cmake variable name"))
+    elif options is not None:
+        problems.append(_problem("nvshmem_ibgda_cmake_options", options, "a mapping of cmake variables to values"))
     return problems

@@ -248,12 +248,17 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     rc, changed, out = run(node, *site, playbook="site.yml")
     assert rc == 0, out
     order = re.findall(r"^PLAY \[(.*?)\]", out, re.M)
-    assert order == ["Validate the variables (on the controller, before any host is touched)",
-                     "Preflight (read-only discovery and per-layer report)", "System layers, one reboot at most, then GDRCopy",
-                     "Report per host what the system layers left", "Preflight (read-only discovery and per-layer report)",
+    checks = ["Check that the inventory gives hosts to run on",
+              "Validate the variables (on the controller, before any host is touched)"]
+    assert order == checks + ["Preflight (read-only discovery and per-layer report)"] + checks + [
+                     "System layers, one reboot at most, then GDRCopy",
+                     "Report per host what the system layers left"] + checks + [
+                     "Preflight (read-only discovery and per-layer report)",
                      "Check the DeepEP inputs before changing anything",
                      "Python environment for DeepEP (the given interpreter, or a venv with the pinned torch)",
                      "GDRCopy library", "NVSHMEM with IBGDA", "DeepEP", "Summary per host"]
+    # The variables were checked once: the copies system.yml and deepep.yml start with matched no host.
+    assert out.count("TASK [Check the variables set for this host]") == 1
     summary = json.loads((node["tmp"] / "site" / "localhost-site.json").read_text())
     assert summary["reboot_pending"] is False and summary["peermapping"] == "driver_not_loaded"
     assert summary["gdrcopy"].startswith(str(node["prefix"] / "gdrcopy" / "builds"))

@@ -261,3 +261,60 @@ def test_git_urls_and_refs_that_would_reach_git_as_options_are_refused(var, valu
 def test_git_urls_of_the_accepted_forms_pass(url):
     assert validate({"deepep_git_url": url, "gdrcopy_git_url": url, "nvshmem_ibgda_git_url": url,
                      "gdrcopy_git_ref": "v2.5.1", "nvshmem_ibgda_git_ref": "refs/tags/v3.4.5-0"}) == []
+
+
+@pytest.mark.parametrize("var, value, why", [
+    ("deepep_prefix", "/", "a system directory"),
+    ("deepep_prefix", "relative/path", "not an absolute path"),
+    ("deepep_prefix", "/opt/x; touch /tmp/pwned", "it holds a character a shell would interpret"),
+    ("deepep_prefix", "/opt/$(touch /tmp/pwned)", "it holds a character a shell would interpret"),
+    ("deepep_prefix", "/opt/deepep/../../etc", "not normalised"),
+    ("nvshmem_ibgda_prefix", "/usr", "a system directory"),
+    ("gdrcopy_prefix", "/usr/lib/gdrcopy", "inside a tree the distribution or the kernel owns"),
+    ("deepep_venv", "/opt/venv`touch /tmp/pwned`", "it holds a character a shell would interpret"),
+    ("deepep_python", "/opt/torch/bin/python$(touch /tmp/pwned)", "it holds a character a shell would interpret"),
+    ("deepep_env_script", "/opt/deepep/env.sh\ntouch /tmp/pwned", "it holds a character a shell would interpret"),
+    ("deepep_cuda_home", "cuda", "not an absolute path"),
+    ("deepep_venv_python", "python3; touch /tmp/pwned", "it holds a character a shell would interpret"),
+])
+def test_paths_that_a_shell_would_read_or_that_are_system_directories(var, value, why):
+    problems = validate({var: value})
+    assert [p["var"] for p in problems] == [var], problems
+    assert problems[0]["msg"].startswith("%s: %r is not accepted (%s" % (var, value, why)), problems[0]["msg"]
+
+
+@pytest.mark.parametrize("var, value", [
+    ("deepep_verify_timeout", 0), ("deepep_verify_timeout", "abc"), ("deepep_verify_num_processes", -1),
+    ("deepep_build_jobs", "abc"), ("gdrcopy_build_jobs", "x"), ("nvshmem_ibgda_build_jobs", -2),
+    ("deepep_build_poll", 0), ("deepep_internode_timeout", True),
+])
+def test_counts_and_timeouts(var, value):
+    problems = validate({var: value})
+    assert [p["var"] for p in problems] == [var] and "accepted: a whole number >=" in problems[0]["msg"], problems
+
+
+@pytest.mark.parametrize("variables, var, why", [
+    ({"doca_ofed_version": "banana"}, "doca_ofed_version", "accepted: a DOCA release like 3.2.1"),
+    ({"deepep_intranode_thresholds": {"dispatch_fp8": -1}}, "deepep_intranode_thresholds", "not a bandwidth > 0"),
+    ({"deepep_intranode_thresholds": {"dispatch": 240}}, "deepep_intranode_thresholds", "unknown key dispatch"),
+    ({"deepep_low_latency_thresholds": {"dispatch_fp8": 240}}, "deepep_low_latency_thresholds",
+     "unknown key dispatch_fp8"),
+    ({"deepep_internode_thresholds": {"combine_bf16": "fast"}}, "deepep_internode_thresholds", "not a bandwidth"),
+    ({"deepep_env_extra": {"1BAD": "x"}}, "deepep_env_extra", "not a variable name"),
+    ({"deepep_env_extra": {"LD_PRELOAD": "/x.so"}}, "deepep_env_extra", "managed by the role"),
+    ({"nvshmem_ibgda_cmake_options": {"-DX": "ON"}}, "nvshmem_ibgda_cmake_options", "not a cmake variable name"),
+])
+def test_thresholds_names_and_releases(variables, var, why):
+    problems = validate(variables)
+    assert [p["var"] for p in problems] == [var] and why in problems[0]["msg"], problems
+
+
+def test_good_paths_counts_and_thresholds_pass():
+    assert validate({
+        "deepep_prefix": "/opt/deepep", "gdrcopy_prefix": "/opt/deepep/gdrcopy", "deepep_venv": "/opt/deepep/venv",
+        "nvshmem_ibgda_prefix": "/usr/local/deepep/nvshmem", "deepep_python": "/opt/torch/.venv/bin/python3",
+        "deepep_env_script": "/opt/deepep/env.sh", "deepep_cuda_home": "/usr/local/cuda-13.0", "deepep_python_": "",
+        "deepep_verify_timeout": 900, "deepep_verify_num_processes": 0, "deepep_build_jobs": "8",
+        "doca_ofed_version": "3.2.1", "deepep_intranode_thresholds": {"dispatch_fp8": 240, "combine_bf16": 300.5},
+        "deepep_low_latency_thresholds": {"dispatch": 240}, "deepep_env_extra": {"NVSHMEM_DEBUG": "INFO"},
+        "nvshmem_ibgda_cmake_options": {"NVSHMEM_MPI_SUPPORT": "OFF"}}) == []
