@@ -286,6 +286,7 @@ COUNTS = (
     ("nvshmem_ibgda_build_poll", 1, "seconds between checks on a running build"),
     ("deepep_internode_timeout", 1, "seconds the internode test may take"),
 )
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 RELEASE_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
 
@@ -318,6 +319,11 @@ def value_problems(site_vars):
         problems.append(_problem("deepep_venv_python", venv_python, "an interpreter's name (python3.12) or absolute "
                                  "path, of letters, digits and . _ / + @ -", "it holds a character a shell would "
                                  "interpret"))
+    for var in ("deepep_build_user", "gdrcopy_build_user", "nvshmem_ibgda_build_user"):
+        user = site_vars.get(var)
+        if user not in (None, "") and not USER_RE.match(str(user)):
+            problems.append(_problem(var, user, "a user name (lower-case letters, digits, _ -), or '' to build as "
+                                     "root", "not a user name"))
     for var, least, meaning in COUNTS:
         if var in site_vars:
             number = _integer(site_vars[var])

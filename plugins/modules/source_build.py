@@ -98,6 +98,13 @@ options:
       - Where to write the verified build as a tar.gz for the other nodes (the roles fetch it into the
         controller cache). Not rewritten while it holds this fingerprint.
     type: path
+  build_user:
+    description:
+      - Run the patches, O(build_command) and O(verify_command) as this (unprivileged) user, so a hostile source
+        tree cannot write outside its build directory. The build directory is handed to the user for the build
+        and back to the module's user (root) once it is verified; C(HOME) is a scratch directory beside it.
+      - Not part of the fingerprint. Empty or unset, the commands run as the module's user. The user must exist.
+    type: str
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -188,6 +195,7 @@ artifact_written:
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import tarfile
@@ -325,11 +333,38 @@ class SourceBuild(object):
 
     # Build --------------------------------------------------------------------------------------
 
+    def build_account(self):
+        """(uid, gid, name) of build_user, or None to run as the module's user."""
+        user = self.params["build_user"]
+        if not user:
+            return None
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            self.fail("build_user: no user %r on this node; create it (the layer roles do) or set it to '' to build "
+                      "as %s" % (user, pwd.getpwuid(os.getuid()).pw_name))
+        return entry.pw_uid, entry.pw_gid, user
+
+    @staticmethod
+    def chown_tree(path, uid, gid):
+        for root, dirs, files in os.walk(path):
+            for name in [root] + [os.path.join(root, n) for n in dirs + files]:
+                os.lchown(name, uid, gid)
+
     def run_logged(self, command, env, cwd, log):
         log.write("$ %s\n" % command)
         log.flush()
+        account, demote = self.build_account(), None
+        if account:
+            uid, gid, user = account
+
+            def demote():
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
+            env = dict(env, USER=user, LOGNAME=user)
         proc = subprocess.run(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, check=False)
+                              stdout=log, stderr=subprocess.STDOUT, check=False, preexec_fn=demote)
         log.write("# exit %d\n" % proc.returncode)
         log.flush()
         return proc.returncode
@@ -354,7 +389,37 @@ class SourceBuild(object):
         env.update({k: str(v) for k, v in self.params["environment"].items()})
         env.update(SRC_DIR=src_dir, INSTALL_DIR=install_dir)
         log_path = os.path.join(install_dir, "build.log")
+        account = self.build_account()
+        home = install_dir + ".home"
+        if account:
+            # The build user gets its build directory and a scratch HOME, nothing else under the prefix.
+            shutil.rmtree(home, ignore_errors=True)
+            os.makedirs(home)
+            self.chown_tree(install_dir, account[0], account[1])
+            os.lchown(home, account[0], account[1])
+            env["HOME"] = home
         started = time.time()
+        try:
+            self._build_steps(fp, env, src_dir, log_path)
+        finally:
+            if account:
+                # Verified or not, the tree goes back to root: the build user can change nothing it installed.
+                self.chown_tree(install_dir, os.getuid(), os.getgid())
+                shutil.rmtree(home, ignore_errors=True)
+        seconds = round(time.time() - started, 1)
+        stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),
+                     build_seconds=seconds)
+        # Never through a link the build may have left where the stamp goes.
+        tmp = os.path.join(install_dir, STAMP + ".tmp")
+        for path in (tmp, os.path.join(install_dir, STAMP)):
+            if os.path.lexists(path):
+                os.unlink(path)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as handle:
+            json.dump(stamp, handle, indent=2, sort_keys=True)
+        os.rename(tmp, os.path.join(install_dir, STAMP))
+        return seconds
+
+    def _build_steps(self, fp, env, src_dir, log_path):
         with open(log_path, "w") as log:
             for patch in self.params["patches"]:
                 if self.run_logged("patch -p1 --forward < %s" % _quote(patch), env, src_dir, log) != 0:
@@ -368,13 +433,6 @@ class SourceBuild(object):
                 self.fail("%s built but its verification failed; %s; see %s"
                           % (self.params["name"], self.kept(), log_path),
                           log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
-        seconds = round(time.time() - started, 1)
-        stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),
-                     build_seconds=seconds)
-        with open(os.path.join(install_dir, STAMP + ".tmp"), "w") as handle:
-            json.dump(stamp, handle, indent=2, sort_keys=True)
-        os.rename(os.path.join(install_dir, STAMP + ".tmp"), os.path.join(install_dir, STAMP))
-        return seconds
 
     def install_artifact(self, fp, artifact):
         """A verified build of these inputs made on another node (build once, fan out): unpacked, its stamp's
@@ -400,8 +458,16 @@ class SourceBuild(object):
             src_dir = os.path.join(install_dir, "src")
             env.update(SRC_DIR=src_dir, INSTALL_DIR=install_dir)
             log_path = os.path.join(install_dir, "install.log")
+            account = self.build_account()
             with open(log_path, "w") as log:
-                if self.run_logged(verify, env, src_dir, log) != 0:
+                if account:  # the check may write into the tree, as the build's did; the tree is root's after
+                    self.chown_tree(install_dir, account[0], account[1])
+                try:
+                    status = self.run_logged(verify, env, src_dir, log)
+                finally:
+                    if account:
+                        self.chown_tree(install_dir, os.getuid(), os.getgid())
+                if status != 0:
                     os.unlink(os.path.join(install_dir, STAMP))  # not a verified build here
                     self.fail("%s from %s installed but its verification failed; %s; see %s"
                               % (self.params["name"], artifact, self.kept(), log_path),
@@ -432,6 +498,7 @@ class SourceBuild(object):
                         install_dir=None, src_dir=None, current=self.current,
                         previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
                         build_seconds=None)
+        self.build_account()  # a missing build user fails before anything is written
         digest = self.source_digest()
         patches = {os.path.basename(p): file_digest(p) for p in params["patches"] if os.path.isfile(p)}
         missing = [p for p in params["patches"] if not os.path.isfile(p)]
@@ -510,6 +577,7 @@ def main():
             force=dict(type="bool", default=False),
             artifact_in=dict(type="path"),
             artifact_out=dict(type="path"),
+            build_user=dict(type="str"),
         ),
         mutually_exclusive=[("src", "git_url")],
         required_one_of=[("src", "git_url")],

@@ -15,6 +15,7 @@ import tarfile
 import pytest
 
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.nvshmem_tree import make_nvshmem_tree
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
@@ -27,6 +28,7 @@ PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
 @pytest.fixture
 def node(tmp_path):
+    open_to_others(tmp_path)  # the build user reaches its build directory, as under /opt on a node
     sysfs = tmp_path / "sys"
     machines.h200_no_nics(sysfs)
     archives = {}
@@ -68,6 +70,10 @@ def VARIABLES(node):  # noqa: N802  (a table, computed per node)
         "deepep_intranode_thresholds": {"dispatch_fp8": 240}, "deepep_low_latency_thresholds": {"dispatch": 240},
         # The stand-in builds take a second: check on them every second, not every 5-15 s.
         "gdrcopy_build_poll": 1, "nvshmem_ibgda_build_poll": 1, "deepep_build_poll": 1,
+        # GDRCopy and NVSHMEM build unprivileged as on a node ('nobody' is on every machine: the tests create no
+        # user). DeepEP's stand-in build runs this test environment's interpreter, which lives under /root where
+        # no other user may go: it builds as root here (molecule/site builds it as the role's user).
+        "gdrcopy_build_user": BUILD_USER, "nvshmem_ibgda_build_user": BUILD_USER, "deepep_build_user": "",
     }
 
 

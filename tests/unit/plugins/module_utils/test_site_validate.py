@@ -318,3 +318,10 @@ def test_good_paths_counts_and_thresholds_pass():
         "doca_ofed_version": "3.2.1", "deepep_intranode_thresholds": {"dispatch_fp8": 240, "combine_bf16": 300.5},
         "deepep_low_latency_thresholds": {"dispatch": 240}, "deepep_env_extra": {"NVSHMEM_DEBUG": "INFO"},
         "nvshmem_ibgda_cmake_options": {"NVSHMEM_MPI_SUPPORT": "OFF"}}) == []
+
+
+@pytest.mark.parametrize("value, ok", [("deepep-build", True), ("nobody", True), ("", True), ("root; id", False),
+                                       ("-u0", False), ("Build User", False)])
+def test_build_user_names(value, ok):
+    problems = validate({"deepep_build_user": value, "gdrcopy_build_user": value})
+    assert (problems == []) == ok, problems

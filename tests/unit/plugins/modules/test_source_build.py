@@ -8,6 +8,7 @@ import tarfile
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import source_build as module
+from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 
 BUILD = "cat input.txt > built.txt && echo \"$ARCH\" >> built.txt"
 VERIFY = "grep -q hello built.txt"
@@ -255,3 +256,47 @@ def test_artifact_that_fails_verification_here_is_not_current(run_module, src, t
     assert "installed but its verification failed" in result["msg"]
     assert not (tmp_path / "other" / "current").exists()
     assert not list((tmp_path / "other" / "builds").glob("*/.moe_infra_stamp.json"))
+
+
+def test_build_user_builds_its_tree_and_nothing_else(run_module, src, tmp_path):
+    """The build runs as the unprivileged user; its tree is root's again once verified, and a build that tries to
+    write outside its build directory fails."""
+    open_to_others(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o755)
+    build_command = BUILD + ' && id -un > "$INSTALL_DIR/who" && echo "$HOME" > "$INSTALL_DIR/home"'
+    result = build(run_module, src, tmp_path / "opt", build_command=build_command, build_user=BUILD_USER)
+    tree = tmp_path / "opt" / "current"
+    assert (tree / "who").read_text().strip() == BUILD_USER
+    assert (tree / "home").read_text().strip() == result["install_dir"] + ".home"
+    assert not os.path.exists(result["install_dir"] + ".home")  # the scratch HOME is gone
+    owners = {os.lstat(os.path.join(root, name)).st_uid for root, dirs, files in os.walk(str(tree) + "/")
+              for name in dirs + files}
+    assert owners == {os.getuid()}, owners
+
+    hostile = build_command + ' && touch "%s/planted"' % outside
+    result = build(run_module, src, tmp_path / "opt", build_command=hostile, build_user=BUILD_USER,
+                   expect_fail=True)
+    assert "build of demo failed" in result["msg"] and "Permission denied" in result["log_tail"]
+    assert not (outside / "planted").exists()
+
+
+def test_build_user_that_does_not_exist(run_module, src, tmp_path):
+    result = build(run_module, src, tmp_path / "opt", build_user="no-such-user-here", expect_fail=True)
+    assert "build_user: no user 'no-such-user-here' on this node" in result["msg"]
+    assert not (tmp_path / "opt").exists()
+
+
+def test_build_user_checks_an_installed_artifact_and_leaves_it_to_root(run_module, src, tmp_path):
+    open_to_others(tmp_path)
+    artifact = tmp_path / "cache" / "demo.tar.gz"
+    verify = VERIFY + ' && id -un > "$INSTALL_DIR/checked-by"'
+    build(run_module, src, tmp_path / "builder", verify_command=verify, build_user=BUILD_USER,
+          artifact_out=str(artifact))
+    result = build(run_module, src, tmp_path / "other", verify_command=verify, build_user=BUILD_USER,
+                   artifact_in=str(artifact))
+    assert result["action"] == "artifact"
+    tree = tmp_path / "other" / "current"
+    assert (tree / "checked-by").read_text().strip() == BUILD_USER
+    assert {os.lstat(os.path.join(root, name)).st_uid for root, dirs, files in os.walk(str(tree) + "/")
+            for name in dirs + files} == {os.getuid()}
