@@ -52,12 +52,14 @@ def deepep_fanout_roles(plans, offline=False):
         raise AnsibleFilterError(str(exc))
 
 
-def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dirs=None):
+def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dirs=None, source=None):
     """rdma_hca_info's result -> [{var, value, accepted, msg}]: nvshmem_ibgda_method=source without IBGDA-capable
-    rdma-core that this run will install."""
+    rdma-core that this run will install. source: {src, ref, version} of the NVSHMEM source (read on the
+    controller)."""
     if not isinstance(rdma, dict):
         raise AnsibleFilterError("deepep_source_nvshmem_problems: expected rdma_hca_info's result")
-    return source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [])
+    source = {k: v for k, v in (source or {}).items() if k in ("src", "ref", "version")}
+    return source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [], source)
 
 
 def deepep_interpreter_problems(stack, deepep_version, python):

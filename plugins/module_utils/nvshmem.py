@@ -1,12 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""How to build NVSHMEM with IBGDA from source (pure): the version of a source, the version-keyed patches it
+"""How to build NVSHMEM with IBGDA from source: the version of a source, the version-keyed patches it
 needs, the cmake options and the build and verify commands for moe_infra.deepep.source_build."""
 
 from __future__ import annotations
 
+import os
 import re
+import tarfile
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, cmake_cuda_architectures
 
@@ -128,3 +130,38 @@ def build_plan(source, compute_caps, version=None, gdrcopy_root="", overrides=No
         "build_command": build_command,
         "verify_command": verify_command,
     }
+
+
+# rdma-core's infiniband/mlx5_api.h gained MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT after Ubuntu 24.04's rdma-core 50.
+# Some NVSHMEM sources define it themselves when the header lacks it (v3.4.5-0 does, in this file); 3.5.19 does not
+# and then needs DOCA-OFED's headers (KF19). Read from the source being built where it is at hand.
+IB_COMMON_HEADER = "src/modules/transport/common/transport_ib_common.h"
+DATA_DIRECT_DEFINE_RE = re.compile(r"^\s*#\s*define\s+MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT\b", re.M)
+# Without the source at hand: the last release whose source was seen to define it.
+DATA_DIRECT_SELF_DEFINED_UP_TO = (3, 4, 5)
+
+
+def defines_data_direct(src="", ref="", version=""):
+    """(defines, how): whether this NVSHMEM source defines MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT itself, and how
+    that was found. src: an archive or tree on this machine (read); else the version from version or ref."""
+    src = str(src or "")
+    if src and os.path.isdir(src):
+        for top in ("", "nvshmem"):
+            path = os.path.join(src, top, IB_COMMON_HEADER)
+            if os.path.isfile(path):
+                with open(path, errors="replace") as handle:
+                    found = bool(DATA_DIRECT_DEFINE_RE.search(handle.read()))
+                return found, "read %s" % path
+    elif src and os.path.isfile(src):
+        try:
+            with tarfile.open(src) as tar:
+                for member in tar:
+                    if member.isfile() and member.name.endswith(IB_COMMON_HEADER):
+                        text = tar.extractfile(member).read().decode("utf-8", "replace")
+                        return bool(DATA_DIRECT_DEFINE_RE.search(text)), "read %s in %s" % (member.name, src)
+        except (tarfile.TarError, OSError):
+            pass
+    number = source_version(version) or source_version(ref) or source_version(os.path.basename(src))
+    if number is None:
+        return False, "version unknown"
+    return _tuple(number) <= DATA_DIRECT_SELF_DEFINED_UP_TO, "NVSHMEM %s" % number

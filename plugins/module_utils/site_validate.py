@@ -16,7 +16,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
     GIT_REF_ACCEPTED, GIT_URL_ACCEPTED, PATH_ACCEPTED, PREFIX_ACCEPTED, SAFE_PATH_RE, git_ref_problem,
     git_url_problem, path_problem, prefix_problem)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import OPTION_NAME_RE
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import OPTION_NAME_RE, defines_data_direct
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import DOCA_POLICIES, doca_decision
 
 CHOICES = {
@@ -206,18 +206,24 @@ def manual_mapping(value, gpu_count, hcas):
     return sorted(mapping, key=lambda e: e["gpu"]), problems
 
 
-def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=()):
-    """nvshmem_ibgda_method=source builds NVSHMEM's IBGDA transport, which needs IBGDA-capable rdma-core headers
-    (infiniband/mlx5_api.h declaring MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT; KF11, KF19). They must be on the node
-    already, or DOCA-OFED must be about to install them in this run. rdma: rdma_hca_info's result. Returns
-    [problem] (empty when fine), so the site stops before any layer changes the node."""
+def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=(), source=None):
+    """nvshmem_ibgda_method=source builds NVSHMEM's IBGDA transport, which needs rdma-core's mlx5 headers (KF11)
+    and, for sources that do not define it themselves, MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT in
+    infiniband/mlx5_api.h (KF19: Ubuntu 24.04's rdma-core 50 lacks it). They must be on the node already, or
+    DOCA-OFED must be about to install them in this run. rdma: rdma_hca_info's result. source: {src, ref, version}
+    of the NVSHMEM to build (src read when it is on this machine). Returns [problem] (empty when fine), so the site
+    stops before any layer changes the node."""
     if method != "source" or rdma.get("dmabuf_data_direct"):
         return []
+    defines, how = defines_data_direct(**(source or {}))
+    if defines and rdma.get("mlx5_api_header"):
+        return []  # the headers are there, and this source brings the symbol itself (v3.4.5-0 does)
     decision = doca_decision(rdma, doca_policy if doca_policy in DOCA_POLICIES else "auto")
     if decision["install"]:
         return []
     header = rdma.get("mlx5_api_header")
-    found = ("%s does not declare MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT" % header if header else
+    found = ("%s does not declare MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, which this NVSHMEM source does not "
+             "define itself (%s)" % (header, how) if header else
              "no infiniband/mlx5_api.h under %s" % ", ".join(include_dirs or ["the include directories"]))
     why = "IBGDA needs DOCA-OFED's rdma-core headers (KF11, KF19): %s, and the doca_ofed layer will not install " \
           "them (%s)" % (found, decision["msg"])

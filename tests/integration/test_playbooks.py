@@ -205,6 +205,34 @@ def test_site_refuses_a_source_nvshmem_build_without_ibgda_rdma_core(tmp_path, m
     assert recap(out)["changed"] == 0
 
 
+@pytest.mark.parametrize("defines", [True, False])
+def test_site_reads_the_nvshmem_source_for_the_rdma_core_50_symbol(tmp_path, defines):
+    """Ubuntu 24.04's rdma-core 50 headers lack MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, and a node without
+    Mellanox NICs gets no DOCA-OFED: a source that defines the symbol itself (NVSHMEM v3.4.5-0 does) builds
+    there, one that does not is refused before any change."""
+    include = tmp_path / "include" / "infiniband"
+    include.mkdir(parents=True)
+    (include / "mlx5dv.h").write_text("/* fixture: rdma-core 50 */\n")
+    (include / "mlx5_api.h").write_text("#define MLX5DV_REG_DMABUF_ACCESS_REMOTE_WRITE 1\n")
+    tree = tmp_path / "nvshmem" / "src" / "modules" / "transport" / "common"
+    tree.mkdir(parents=True)
+    (tree / "transport_ib_common.h").write_text(
+        "#ifndef MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT\n#define MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT 1\n#endif\n"
+        if defines else "#include <infiniband/mlx5dv.h>\n")
+    archive = tmp_path / "nvshmem-src.tar.gz"
+    subprocess.run(["tar", "-C", str(tmp_path), "-czf", str(archive), "nvshmem"], check=True)
+    rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", json.dumps({
+        "nvshmem_ibgda_method": "source", "nvshmem_ibgda_src": str(archive),
+        "preflight_rdma_include_dirs": [str(tmp_path / "include")]}), machine="h200_no_nics")
+    if defines:
+        assert rc == 0, out
+        return
+    assert rc == 2, out
+    assert "which this NVSHMEM source does not define itself (read nvshmem/src/modules/transport/common/" \
+        "transport_ib_common.h in %s)" % archive in re.sub(r"\s*\n\s*", " ", out), out
+    assert recap(out)["changed"] == 0
+
+
 def test_site_refuses_a_tag_that_names_no_layer(tmp_path):
     rc, out = playbook("site.yml", tmp_path, "--tags", "deepp", machine="gcp_b200")
     assert rc == 2, out

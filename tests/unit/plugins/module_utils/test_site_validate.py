@@ -4,8 +4,11 @@ accepted; the defaults and the example inventories' values pass."""
 
 from __future__ import annotations
 
+import tarfile
+
 import pytest
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import defines_data_direct
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
     interpreter_problems,
     deepep_ref_generation,
@@ -325,3 +328,53 @@ def test_good_paths_counts_and_thresholds_pass():
 def test_build_user_names(value, ok):
     problems = validate({"deepep_build_user": value, "gdrcopy_build_user": value})
     assert (problems == []) == ok, problems
+
+
+# The H200 test machine: rdma-core 50's headers (no DATA_DIRECT symbol), no RDMA NICs, so no DOCA-OFED to come.
+H200_RDMA_CORE_50 = dict(NO_NICS, mlx5_api_header="/usr/include/infiniband/mlx5_api.h")
+IB_COMMON_3_4_5 = ("#ifdef NVSHMEM_USE_MLX5DV\n#include <infiniband/mlx5dv.h>\n"
+                   "#ifndef MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT\n#define MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT 1\n"
+                   "#endif\n#endif\n")
+
+
+def nvshmem_source(tmp_path, header_text, archive=True):
+    tree = tmp_path / "nvshmem"
+    header = tree / "src" / "modules" / "transport" / "common" / "transport_ib_common.h"
+    header.parent.mkdir(parents=True)
+    header.write_text(header_text)
+    if not archive:
+        return str(tree)
+    path = tmp_path / "nvshmem_src_x.tar.gz"
+    with tarfile.open(str(path), "w:gz") as tar:
+        tar.add(str(tree), arcname="nvshmem")
+    return str(path)
+
+
+@pytest.mark.parametrize("archive", [True, False])
+def test_a_source_that_defines_the_symbol_itself_builds_on_rdma_core_50(tmp_path, archive):
+    src = nvshmem_source(tmp_path, IB_COMMON_3_4_5, archive)
+    assert defines_data_direct(src=src)[0] is True
+    assert source_nvshmem_problems("source", H200_RDMA_CORE_50, "auto", [], {"src": src}) == []
+
+
+def test_a_source_that_needs_the_header_is_refused_naming_how_it_was_read(tmp_path):
+    src = nvshmem_source(tmp_path, "#include <infiniband/mlx5dv.h>\n")
+    (problem,) = source_nvshmem_problems("source", H200_RDMA_CORE_50, "auto", [], {"src": src})
+    assert "mlx5_api.h does not declare MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, which this NVSHMEM source does not " \
+           "define itself (read nvshmem/src/modules/transport/common/transport_ib_common.h in %s)" % src \
+           in problem["msg"]
+
+
+@pytest.mark.parametrize("source, defines", [
+    ({"ref": "v3.4.5-0"}, True), ({"version": "3.4.5"}, True), ({"ref": "v3.5.19-1"}, False),
+    ({"src": "/nonexistent/nvshmem_src_3.4.5-0.txz"}, True), ({}, False), ({"ref": "main"}, False),
+])
+def test_without_the_source_at_hand_the_version_decides(source, defines):
+    assert defines_data_direct(**source)[0] is defines
+    problems = source_nvshmem_problems("source", H200_RDMA_CORE_50, "auto", [], source)
+    assert (problems == []) is defines
+
+
+def test_no_headers_at_all_is_refused_whatever_the_source(tmp_path):
+    (problem,) = source_nvshmem_problems("source", NO_NICS, "auto", ["/usr/include"], {"ref": "v3.4.5-0"})
+    assert "no infiniband/mlx5_api.h under /usr/include" in problem["msg"]
