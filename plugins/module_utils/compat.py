@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""DeepEP build compatibility gate (REFERENCE.md section 3): problems found before building, and the
+"""DeepEP build compatibility gate (docs/compatibility.md): problems found before building, and the
 build environment the versions call for. Pure: takes versions, returns findings."""
 
 from __future__ import annotations

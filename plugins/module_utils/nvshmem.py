@@ -21,7 +21,7 @@ PATCHES = (
      "uninitialised ibv_ah_attr makes ibv_create_ah fail on RoCE"),
 )
 
-# The seed's recipe (REFERENCE.md section 1): IBGDA on; MPI, SHMEM, UCX, PMIX, NCCL, tests, examples and
+# The seed's recipe (docs/compatibility.md): IBGDA on; MPI, SHMEM, UCX, PMIX, NCCL, tests, examples and
 # the Python bindings off. A site can override any of these with nvshmem_ibgda_cmake_options.
 BASE_OPTIONS = (
     ("CMAKE_BUILD_TYPE", "release"),

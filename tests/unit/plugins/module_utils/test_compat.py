@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Every rule of REFERENCE.md section 3 the gate enforces: one case that trips it, one that does not."""
+"""Every rule of docs/compatibility.md the gate enforces: one case that trips it, one that does not."""
 from __future__ import annotations
 
 import pytest

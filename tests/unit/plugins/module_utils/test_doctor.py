@@ -3,7 +3,7 @@
 
 BASE is a healthy 8 x B200 RoCE node after the whole stack (DOCA, regkey live, NVSHMEM 3.5.19 source build with
 IBGDA, DeepEP V1 with the 3.5 fix, env script from the deepep role); each case breaks one thing the way
-KNOWN_FAILURES.md describes it."""
+its known failure (KF id) describes it."""
 
 from __future__ import annotations
 
