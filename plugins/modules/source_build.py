@@ -498,7 +498,8 @@ class SourceBuild(object):
                         install_dir=None, src_dir=None, current=self.current,
                         previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
                         build_seconds=None)
-        self.build_account()  # a missing build user fails before anything is written
+        if not self.module.check_mode:
+            self.build_account()  # a missing build user fails before anything is written (the roles create it)
         digest = self.source_digest()
         patches = {os.path.basename(p): file_digest(p) for p in params["patches"] if os.path.isfile(p)}
         missing = [p for p in params["patches"] if not os.path.isfile(p)]

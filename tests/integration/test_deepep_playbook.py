@@ -122,8 +122,11 @@ def test_build_env_script_tests_then_nothing_to_do(node):
 
 
 def test_check_mode_on_a_fresh_node_predicts_and_writes_nothing(node):
-    rc, changed, out = run(node, "--check")
+    # A build user that is not there yet: --check predicts its creation and creates nothing.
+    user = "moe-check-%d" % os.getpid()
+    rc, changed, out = run(node, "--check", "-e", "deepep_build_user=%s gdrcopy_build_user=%s" % (user, user))
     assert rc == 0, out
+    assert subprocess.run(["id", user], capture_output=True, check=False).returncode != 0
     assert changed >= 3  # source directory, archive copy, build, env script, report directory
     assert "is not on the node yet" in out
     assert not node["prefix"].exists()
