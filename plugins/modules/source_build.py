@@ -203,8 +203,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (GIT_REF_ACCEPTED, GIT_URL_ACCEPTED,
-                                                                          git_ref_problem, git_url_problem)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
+    GIT_REF_ACCEPTED,
+    GIT_URL_ACCEPTED,
+    git_ref_problem,
+    git_url_problem,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
     file_digest,
