@@ -83,8 +83,8 @@ def _check_node(node):
     return node
 
 
-def deepep_layer_plan(node):
-    return layer_plan(_check_node(node))
+def deepep_layer_plan(node, cuda_version=""):
+    return layer_plan(_check_node(node), cuda_version)
 
 
 def deepep_node_report(node, plan=None):

@@ -61,6 +61,8 @@ def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld
             env["NVSHMEM_IB_GID_INDEX"] = str(gid)
         if mapping:
             env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] = deepep_mapping_string(mapping)
+            # The mapping numbers GPUs in PCI bus order; CUDA's default order (fastest first) may differ.
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     else:
         notes.append("no usable RDMA port: IBGDA variables left out (they break even single-node "
                      "low-latency runs, KF36)")

@@ -40,12 +40,18 @@ def plan_doca_ofed(rdma):
     return _entry("doca_ofed", "ok", found, "nothing: mlx5 names and IBGDA-capable rdma-core")
 
 
-def plan_cuda(cuda):
+def plan_cuda(cuda, pinned=""):
+    """pinned: the cuda role's cuda_version; empty when not known (then a found toolkit cannot be judged)."""
     if not cuda.get("found"):
         return _entry("cuda", "change", "no nvcc under /usr/local/cuda or on PATH",
-                      "install the pinned CUDA toolkit and link /usr/local/cuda (KF09)")
-    return _entry("cuda", "ok", "CUDA %s at %s" % (cuda["release"], cuda["cuda_home"]),
-                  "nothing if %s is the pinned release" % cuda["release"])
+                      "install CUDA %s and link /usr/local/cuda (KF09)" % (pinned or "(the pinned release)"))
+    found = "CUDA %s at %s" % (cuda["release"], cuda["cuda_home"])
+    if not pinned:
+        return _entry("cuda", "change", found, "unknown: no pinned release given to compare with")
+    if cuda["release"] != pinned:
+        return _entry("cuda", "change", found, "install CUDA %s (the pin, cuda_version) and link /usr/local/cuda "
+                      "to it; %s stays installed" % (pinned, cuda["release"]))
+    return _entry("cuda", "ok", found, "nothing: %s is the pinned release" % pinned)
 
 
 def plan_peermapping(gpu, rdma, params):
@@ -84,12 +90,13 @@ def plan_build_layers(gpu, rdma, topology):
     ]
 
 
-def layer_plan(node):
-    """node: {gpu, rdma, topology, driver_params, cuda} as the discovery modules return them."""
+def layer_plan(node, cuda_version=""):
+    """node: {gpu, rdma, topology, driver_params, cuda} as the discovery modules return them; cuda_version: the
+    pinned CUDA release."""
     gpu, rdma = node["gpu"], node["rdma"]
     plan = [
         plan_doca_ofed(rdma),
-        plan_cuda(node["cuda"]),
+        plan_cuda(node["cuda"], str(cuda_version or "")),
         plan_peermapping(gpu, rdma, node["driver_params"]),
     ]
     plan.extend(plan_build_layers(gpu, rdma, node["topology"]))

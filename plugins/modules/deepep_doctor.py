@@ -56,11 +56,20 @@ options:
     type: str
     default: ""
   nvshmem_root:
-    description: NVSHMEM install to check; empty for the one DeepEP's stamp records, else I(deepep_prefix)/nvshmem/current.
+    description:
+      - NVSHMEM install to check; empty for the one DeepEP's stamp records, else I(nvshmem_prefix)/current.
+    type: str
+    default: ""
+  nvshmem_prefix:
+    description: The nvshmem_ibgda role's prefix (its C(nvshmem_ibgda_prefix)); empty for I(deepep_prefix)/nvshmem.
     type: str
     default: ""
   gdrcopy_root:
-    description: GDRCopy install to check; empty for I(deepep_prefix)/gdrcopy/current.
+    description: GDRCopy install to check; empty for I(gdrcopy_prefix)/current.
+    type: str
+    default: ""
+  gdrcopy_prefix:
+    description: The gdrcopy role's prefix (its C(gdrcopy_prefix)); empty for I(deepep_prefix)/gdrcopy.
     type: str
     default: ""
   python:
@@ -334,9 +343,10 @@ def gather(module):
     python = p["python"] or (os.path.join(prefix, "venv", "bin", "python")
                              if os.path.exists(os.path.join(prefix, "venv", "bin", "python")) else "")
     py = probe_python(module, python, env_script)
+    nvshmem_current = os.path.join(p["nvshmem_prefix"] or os.path.join(prefix, "nvshmem"), "current")
     nvshmem_root = p["nvshmem_root"] or stamp_inputs.get("nvshmem_dir") or (
-        os.path.join(prefix, "nvshmem", "current") if os.path.isdir(os.path.join(prefix, "nvshmem", "current")) else "")
-    gdrcopy_root = p["gdrcopy_root"] or os.path.join(prefix, "gdrcopy", "current")
+        nvshmem_current if os.path.isdir(nvshmem_current) else "")
+    gdrcopy_root = p["gdrcopy_root"] or os.path.join(p["gdrcopy_prefix"] or os.path.join(prefix, "gdrcopy"), "current")
     gdrcopy_header = os.path.join(gdrcopy_root, "include", "gdrapi.h")
     net = os.path.join(sysfs, "class", "net")
     hca_netdevs = set(dev for hca in hcas for dev in hca["netdevs"])
@@ -403,6 +413,8 @@ def main():
             env_script=dict(type="str", default=""),
             nvshmem_root=dict(type="str", default=""),
             gdrcopy_root=dict(type="str", default=""),
+            nvshmem_prefix=dict(type="str", default=""),
+            gdrcopy_prefix=dict(type="str", default=""),
             python=dict(type="str", default=""),
             log_dirs=dict(type="list", elements="path", default=[]),
             gdrcopy_kernel_module=dict(type="bool", default=False),

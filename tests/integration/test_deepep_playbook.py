@@ -62,8 +62,8 @@ def VARIABLES(node):  # noqa: N802  (a table, computed per node)
         "preflight_sysfs_root": str(node["sysfs"]), "preflight_procfs_root": str(node["tmp"] / "proc"),
         "preflight_modprobe_dir": str(node["tmp"] / "modprobe.d"), "preflight_cuda_home": node["cuda"],
         "deepep_python": node["python"], "deepep_src": str(node["archive"]), "deepep_prefix": str(node["prefix"]),
-        "gdrcopy_src": str(node["archives"]["gdrcopy"]), "gdrcopy_prefix": str(node["prefix"] / "gdrcopy"),
-        "nvshmem_ibgda_src": str(node["archives"]["nvshmem"]), "nvshmem_ibgda_prefix": str(node["prefix"] / "nvshmem"),
+        # gdrcopy_prefix and nvshmem_ibgda_prefix are left to their defaults: under deepep_prefix.
+        "gdrcopy_src": str(node["archives"]["gdrcopy"]), "nvshmem_ibgda_src": str(node["archives"]["nvshmem"]),
         "nvshmem_ibgda_cuda_home": node["cuda"], "nvshmem_ibgda_rdma_include_dir": str(node["rdma_include"]),
         "deepep_cuda_home": node["cuda"], "deepep_verify_num_processes": 2,
         "deepep_env_extra": {"DEEPEP_FIXTURE_OUTPUT": os.path.join(FIXTURES, "deepep_output")},
@@ -274,12 +274,16 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     assert set(summary["doctor"]) == {"ok", "problem", "not_applicable", "unknown"}
     assert summary["doctor"]["problem"] == len(summary["problems"])
     assert "KF07" not in [p["id"] for p in summary["problems"]]
+    # It looked for GDRCopy where the role put it: under deepep_prefix, the one prefix given.
+    assert "KF02" not in [p["id"] for p in summary["problems"]]
     assert "0 host(s) dropped out: none" in out and "Could not match supplied host pattern" not in out
     # Preflight and GDRCopy ran once: the build layers' own copies saw them done.
 
     def outcomes(task):
         return re.findall(r"TASK \[%s\][^\n]*\n(\w+):" % re.escape(task), out)
-    assert outcomes("moe_infra.deepep.preflight : Discover NVIDIA GPUs") == ["ok", "skipping"]
+    # No system layer changed what discovery read (and no reboot): it is not read again.
+    assert outcomes("moe_infra.deepep.preflight : Discover NVIDIA GPUs") == ["ok"]
+    assert outcomes("Discover the node") == ["skipping"]
     build = "moe_infra.deepep.gdrcopy : Summarize the GDRCopy build"
     assert out.count("TASK [%s]" % build) == 2 and outcomes(build)[-1] == "skipping"
 
@@ -375,9 +379,8 @@ def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):
                                 "deepep_prefix": str(tmp_path / name / "opt"), "deepep_python": node["python"]},
                                **extra)
         inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+        # Each node's layers land under its own deepep_prefix (the prefixes' defaults).
         return ["-i", str(inventory), "-e", json.dumps({"deepep_cache_dir": str(cache), "nvshmem_ibgda_method": "source"}),
-                # Each node's own layers under its own prefix (over the single-node VARIABLES).
-                "-e", '{"gdrcopy_prefix": "{{ deepep_prefix }}/gdrcopy", "nvshmem_ibgda_prefix": "{{ deepep_prefix }}/nvshmem"}',
                 "--tags", "gdrcopy,nvshmem_ibgda"]
 
     rc, out = run_inventory(node, nodes("n1", "n2"))

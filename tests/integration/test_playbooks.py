@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
 
@@ -77,6 +78,20 @@ def test_facts_report_for_gcp_b200(tmp_path, check):
     assert layers == {"doca_ofed": "reboot", "cuda": layers["cuda"], "nvidia_peermapping": "reboot",
                       "gdrcopy": "change", "nvshmem_ibgda": "change", "deepep": "change"}
     assert "rocep* names (KF01)" in report
+
+
+@pytest.mark.parametrize("pin, status", [("13.0", "ok"), ("12.9", "change")])
+def test_facts_judge_the_toolkit_against_the_pin(tmp_path, pin, status):
+    # CUDA 13.0 on the node (a stand-in nvcc): ok only when cuda_version pins 13.0.
+    cuda = make_cuda_home(tmp_path / "cuda")
+    out_dir = tmp_path / "report"
+    rc, out = playbook("facts.yml", tmp_path, "-e", "deepep_facts_dir=%s cuda_version=%s preflight_cuda_home=%s"
+                       % (out_dir, pin, cuda), machine="gcp_b200")
+    assert rc == 0, out
+    layer = [e for e in json.loads((out_dir / "localhost.json").read_text())["layers"] if e["layer"] == "cuda"][0]
+    assert layer["status"] == status and layer["found"] == "CUDA 13.0 at %s" % cuda
+    if status == "change":
+        assert layer["action"].startswith("install CUDA 12.9 (the pin, cuda_version)")
 
 
 def test_facts_on_a_node_without_nics_reports_peermapping_not_required(tmp_path):

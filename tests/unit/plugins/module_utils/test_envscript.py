@@ -23,7 +23,9 @@ def test_gcp_b200_exports_ibgda_with_discovered_gid_and_mapping(tmp_path):
     assert env == {
         "NVSHMEM_REMOTE_TRANSPORT": "ibgda", "NVSHMEM_IB_ENABLE_IBGDA": "1", "NVSHMEM_IBGDA_NIC_HANDLER": "gpu",
         "NVSHMEM_DISABLE_CUDA_VMM": "1", "NVSHMEM_ENABLE_NIC_PE_MAPPING": "1", "NVSHMEM_HCA_PREFIX": "rocep",
-        "NVSHMEM_IB_GID_INDEX": "3", "DEEP_EP_DEVICE_TO_HCA_MAPPING": machines.gcp_b200(tmp_path / "again")}
+        "NVSHMEM_IB_GID_INDEX": "3", "DEEP_EP_DEVICE_TO_HCA_MAPPING": machines.gcp_b200(tmp_path / "again"),
+        # The mapping's GPU numbers are PCI bus order: CUDA must number them the same way.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 def test_infiniband_has_no_gid_index(tmp_path):

@@ -126,3 +126,18 @@ def test_unknown_check_refused_before_reading_anything(run_module, tmp_path):
 def test_bad_deepep_version_refused(run_module, tmp_path):
     result, failed = run_module(module, {"deepep_version": "v3"})
     assert failed and "deepep_version: 'v3' is neither v1 nor v2" in result["msg"]
+
+
+def test_gdrcopy_and_nvshmem_under_their_own_prefixes(run_module, tmp_path):
+    args = node(tmp_path)
+    layers = tmp_path / "layers"
+    write(layers / "gdrcopy" / "builds" / "fp" / "include" / "gdrapi.h", "/* fixture */\n")
+    os.symlink(str(layers / "gdrcopy" / "builds" / "fp"), str(layers / "gdrcopy" / "current"))
+    os.makedirs(str(layers / "nvshmem" / "builds" / "fp" / "lib"))
+    os.symlink(str(layers / "nvshmem" / "builds" / "fp"), str(layers / "nvshmem" / "current"))
+    result, by_id = doctor(run_module, args)
+    assert result["evidence"]["gdrcopy"]["root"] is None  # <deepep_prefix>/gdrcopy: nothing there
+    result, by_id = doctor(run_module, args, gdrcopy_prefix=str(layers / "gdrcopy"),
+                           nvshmem_prefix=str(layers / "nvshmem"))
+    assert result["evidence"]["gdrcopy"]["header"] == str(layers / "gdrcopy" / "current" / "include" / "gdrapi.h")
+    assert result["evidence"]["nvshmem"]["root"] == str(layers / "nvshmem" / "current")
