@@ -18,6 +18,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers imp
     peermapping_decision,
     reboot_plan,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.prerequisites import prerequisite_packages
 
 
 def _dict(value, what):
@@ -57,6 +58,21 @@ def gdrdrv_blockers(container_markers, nvidia_src_dirs=None, kernel_headers=Fals
     return gdrdrv_problems(list(container_markers or []), list(nvidia_src_dirs or []), bool(kernel_headers))
 
 
+def _truth(value):
+    # Nested role defaults may arrive as the strings "True"/"False".
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "1")
+
+
+def deepep_build_prerequisites(layers, os_family=""):
+    layers = _dict(layers, "{gdrcopy: {build, git}, nvshmem: {build, git}, deepep: {build, git, venv}}")
+    unknown = sorted(set(layers) - {"gdrcopy", "nvshmem", "deepep"})
+    if unknown:
+        raise AnsibleFilterError("deepep_build_prerequisites: unknown layer(s) %s" % ", ".join(unknown))
+    clean = dict((layer, dict((key, _truth(value)) for key, value in _dict(spec, layer).items()))
+                 for layer, spec in layers.items())
+    return prerequisite_packages(clean, str(os_family or ""))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -67,4 +83,5 @@ class FilterModule(object):
             "apt_origin": apt_origin,
             "deepep_reboot_plan": deepep_reboot_plan,
             "gdrdrv_blockers": gdrdrv_blockers,
+            "deepep_build_prerequisites": deepep_build_prerequisites,
         }

@@ -32,3 +32,34 @@ def test_filters_pass_through_the_decisions():
         {"driver_loaded": True, "live": False, "configured": True, "reboot_required": True,
          "registry_dwords_live": ""}, "2")
     assert decision["reboot_required"] is True and decision["state"] == "configured_not_live"
+
+
+# The build layers' packages: a GCP accelerator image has none of them.
+def test_prerequisites_for_a_source_build_from_git_in_the_roles_venv():
+    layers = {"gdrcopy": {"build": True, "git": True}, "nvshmem": {"build": True, "git": False},
+              "deepep": {"build": True, "git": True, "venv": True}}
+    result = FILTERS["deepep_build_prerequisites"](layers, "Debian")
+    assert result["problem"] is None
+    assert result["packages"] == ["cmake", "g++", "gcc", "git", "libibverbs-dev", "make", "python3-dev",
+                                  "python3-venv"]
+    by_need = {row["need"]: row["layers"] for row in result["needs"]}
+    assert by_need["git"] == ["gdrcopy", "deepep"] and by_need["c++ compiler"] == ["nvshmem", "deepep"]
+
+
+def test_prerequisites_for_archives_the_nvshmem_wheel_and_a_given_interpreter():
+    # Role defaults may arrive as strings.
+    layers = {"gdrcopy": {"build": "True", "git": "False"}, "nvshmem": {"build": "False", "git": "True"},
+              "deepep": {"build": True, "git": False, "venv": "False"}}
+    assert FILTERS["deepep_build_prerequisites"](layers, "Debian")["packages"] == ["g++", "gcc", "make"]
+
+
+def test_prerequisites_elsewhere_name_what_to_install():
+    result = FILTERS["deepep_build_prerequisites"]({"gdrcopy": {"build": True, "git": False}}, "RedHat")
+    assert result["packages"] == []
+    assert result["problem"].startswith("the build layers need c compiler (gdrcopy), make (gdrcopy); they are "
+                                        "installed on Debian and Ubuntu only, this node is RedHat")
+
+
+def test_prerequisites_refuse_an_unknown_layer():
+    with pytest.raises(AnsibleFilterError, match="unknown layer"):
+        FILTERS["deepep_build_prerequisites"]({"deepepp": {"build": True}}, "Debian")
