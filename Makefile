@@ -35,7 +35,7 @@ install: $(BIN)/.runtime
 ## gcp-extras: what the GCP dynamic inventory (inventories/gcp-mig) needs: google-auth, requests, google.cloud
 gcp-extras: $(BIN)/.runtime
 	$(PIP) -r requirements/gcp.txt
-	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install -p $(INSTALLED) -r inventories/gcp-mig/requirements.yml
+	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install -p $(INSTALLED) -r requirements/gcp-collections.yml
 
 ## provision: run playbooks/site.yml against INVENTORY (default: this host)
 provision: install

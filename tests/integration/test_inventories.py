@@ -12,6 +12,7 @@ import sys
 import yaml
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import validate
+from ansible_collections.moe_infra.deepep.tests.fixtures import gcp_inventory
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -54,16 +55,55 @@ def test_gcp_mig_inventory_uses_only_documented_options():
         os.path.realpath(os.path.join(REPO, "inventories", "b200-cluster", "group_vars"))
 
 
-def site(inventory):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+def plain(value):
+    """ansible-inventory marks what a plugin set as {"__ansible_unsafe": value}."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return dict((k, plain(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def test_gcp_mig_inventory_from_a_recorded_api_answer(tmp_path):
+    """The real plugin on the real inventory file, answered from a Compute API answer on file (through the
+    plugin's own inventory cache): the A4 instance, its groups, its address, and become from group_vars."""
+    cache = tmp_path / "cache"
+    inventory = os.path.join(REPO, "inventories", "gcp-mig")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"))
+    seeded = subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "gcp_inventory.py"),
+                             os.path.join(REPO, "tests", "fixtures", "gcp", "aggregated_instances.json"), inventory,
+                             str(cache)], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert seeded.returncode == 0 and seeded.stdout.split() == ["a4-b200-mig-7xk2"], seeded.stderr
+    env.update(gcp_inventory.CACHE_ENV, ANSIBLE_INVENTORY_CACHE_CONNECTION=str(cache))
+    listed = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", inventory, "--list"], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert "WARNING" not in listed.stderr, listed.stderr  # no reserved names, no unparsed file in the directory
+    data = plain(json.loads(listed.stdout))
+    assert data["deepep_b200"]["hosts"] == ["a4-b200-mig-7xk2"]
+    host = data["_meta"]["hostvars"]["a4-b200-mig-7xk2"]
+    assert (host["ansible_host"], host["ansible_user"], host["ansible_become"]) == ("10.128.0.12", "ubuntu", True)
+    assert host["gcp_machineType"] == "a4-highgpu-8g" and host["gcp_labels"] == {"deepep": "b200"}
+    site_vars = dict((k, v) for k, v in host.items() if not k.startswith(("ansible_", "gcp_")))
+    assert validate(site_vars) == []
+
+
+def site(inventory, env_extra=None):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
+               **(env_extra or {}))
     return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", inventory,
                            os.path.join(REPO, "playbooks", "site.yml")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
 
 
-def test_gcp_mig_without_the_gcp_extras_fails_naming_what_to_install():
-    # The test environment has no google-auth (requirements/gcp.txt is not part of it): the plugin cannot start.
-    result = site("inventories/gcp-mig")
+def test_gcp_mig_without_the_gcp_extras_fails_naming_what_to_install(tmp_path):
+    # A controller without google-auth: a package named google that fails to import stands in for its absence
+    # (the test environment has the GCP extras, for the test above and molecule/lifecycle).
+    (tmp_path / "google").mkdir()
+    (tmp_path / "google" / "__init__.py").write_text("raise ImportError('No module named google.auth')\n")
+    result = site("inventories/gcp-mig", {"PYTHONPATH": str(tmp_path)})
     out = result.stdout + result.stderr
     assert "google-auth" in out  # ansible's own warning: the inventory did not parse
     assert result.returncode == 2, out
