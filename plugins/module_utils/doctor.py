@@ -107,8 +107,14 @@ def kf03(ev):
     if not mapping:
         return PROBLEM, "%d GPUs and %d HCAs, env script sets neither DEEP_EP_DEVICE_TO_HCA_MAPPING nor " \
                         "NVSHMEM_HCA_LIST: every GPU uses %s" % (gpus, len(hcas), hcas[0]["name"])
-    names = set(h["name"] for h in hcas)
-    used = set(part for entry in re.split(r"[,;\s]+", mapping) for part in entry.split(":") if part in names)
+    names = set(h["name"] for h in _hcas(ev))
+    parts = [part for entry in re.split(r"[,;\s]+", mapping) for part in entry.split(":") if part]
+    missing = sorted(set(part for part in parts if not part.isdigit() and part not in names))
+    if missing:
+        # A mapping written before the HCAs were renamed (rocep* before DOCA-OFED's reboot, mlx5_* after).
+        return PROBLEM, "the mapping names %s, which this node does not have (it has %s): %s" % (
+            ",".join(missing), _names(_hcas(ev)), mapping)
+    used = set(part for part in parts if part in names)
     if len(used) == 1 and len(hcas) > 1:
         return PROBLEM, "the mapping names one NIC for every GPU: %s" % mapping
     return OK, "mapping %s" % mapping

@@ -74,7 +74,7 @@ def VARIABLES(node):  # noqa: N802  (a table, computed per node)
         # user). DeepEP's stand-in build runs this test environment's interpreter, which lives under /root where
         # no other user may go: it builds as root here (molecule/site builds it as the role's user).
         "gdrcopy_build_user": BUILD_USER, "nvshmem_ibgda_build_user": BUILD_USER, "deepep_build_user": "",
-        # This machine is the test host: its packages are .ci/run's business (molecule/reboot installs them).
+        # This machine is the test host: its packages are .ci/run's business (molecule/lifecycle installs them).
         "deepep_install_prerequisites": False,
     }
 

@@ -246,6 +246,15 @@ def test_kf03_mapping_onto_one_nic():
                      )["status"] == "ok"
 
 
+def test_kf03_mapping_written_before_the_hcas_were_renamed():
+    # The env script kept the rocep* names discovery saw before DOCA-OFED's reboot; the node has mlx5_* now.
+    stale = env(DEEP_EP_DEVICE_TO_HCA_MAPPING=",".join("%d:rocep%ds0:1" % (i, i) for i in range(8)))
+    finding = status_of("KF03", evidence(stale))
+    assert finding["status"] == "problem"
+    assert finding["evidence"].startswith("the mapping names rocep0s0,rocep1s0,") and "which this node does not" \
+        " have (it has mlx5_0," in finding["evidence"]
+
+
 def test_kf05_wheel_build_needs_no_preload():
     finding = status_of("KF05", evidence(all_of(wheel_build, lambda ev: ev["python"]["deep_ep"].update(
         nvshmem_host_loaded=[WHEEL + "/lib/libnvshmem_host.so.3"]))))

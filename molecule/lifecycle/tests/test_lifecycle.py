@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+"""What the first real run left on the node (the VM) and on the controller, after converge and idempotence:
+apt works with the vendor's CUDA source reused, exactly one reboot, the build prerequisites installed, the env
+script and the doctor naming the mlx5_* devices the node has after DOCA-OFED's reboot, a second run that
+changed nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+EPHEMERAL = os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+HOST = "a4-b200-mig-7xk2"  # the instance name the GCP inventory gave
+MLX5 = ["mlx5_%d" % i for i in range(8)]
+
+
+def log(name):
+    with open(os.path.join(EPHEMERAL, "logs", name)) as handle:
+        return handle.read()
+
+
+def recap(text):
+    return dict((host, dict(zip(("ok", "changed", "failed"), map(int, counts)))) for host, *counts in re.findall(
+        r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", text, re.M))
+
+
+def test_the_run_went_through_the_gcp_inventory_as_its_user():
+    first = log("site-1.log")
+    assert first.startswith("$ ansible-playbook -i inventories/gcp-mig playbooks/site.yml")
+    assert recap(first)[HOST]["failed"] == 0 and recap(first)[HOST]["changed"] > 0
+    assert "rc=0" in first
+
+
+def test_a_second_run_changed_nothing():
+    for name in ("site-2.log", "doctor-2.log"):
+        counts = recap(log(name))
+        assert counts[HOST]["changed"] == 0 and counts[HOST]["failed"] == 0, (name, counts)
+
+
+def test_exactly_one_reboot(host):
+    boots = host.file("/opt/moe-fixtures/boots").content_string.split()
+    # The boot prepare ran in, then the one reboot of the first run; the second run rebooted nothing.
+    assert len(boots) == 2 and boots[0] != boots[1]
+    assert host.file("/proc/sys/kernel/random/boot_id").content_string.strip() == boots[1]
+    assert "Reboot for doca_ofed, nvidia_peermapping" in log("site-1.log")
+
+
+def test_apt_works_with_the_vendor_source_reused(host):
+    assert host.run("apt-get update").rc == 0
+    assert not host.file("/etc/apt/sources.list.d/cuda.list").exists
+    assert host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
+    assert host.package("cuda-toolkit-12-9").is_installed
+    assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-12.9"
+
+
+def test_the_build_prerequisites_are_there(host):
+    for package in ("gcc", "g++", "make", "cmake"):
+        assert host.package(package).is_installed, package
+    # DOCA-OFED's own build of the rdma-core headers (the distribution's is not installed over it).
+    assert host.package("libibverbs-dev").version == "2510mlnx58-1.2510061"
+    kernel = host.check_output("uname -r")
+    assert host.package("linux-headers-%s" % kernel).is_installed
+
+
+def test_the_env_script_names_the_mlx5_devices(host):
+    env = dict(re.findall(r"^export (\w+)='([^']*)'$", host.file("/opt/deepep/env.sh").content_string, re.M))
+    assert env["NVSHMEM_HCA_PREFIX"] == "mlx5"
+    mapping = env["DEEP_EP_DEVICE_TO_HCA_MAPPING"]
+    assert "rocep" not in mapping and sorted(re.findall(r"mlx5_\d+", mapping)) == MLX5
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_the_doctor_names_them_too():
+    with open(os.path.join(EPHEMERAL, "doctor", "%s-doctor.json" % HOST)) as handle:
+        report = json.load(handle)
+    findings = dict((f["id"], f) for f in report["findings"])
+    assert findings["KF01"]["status"] == "ok" and all(name in findings["KF01"]["evidence"] for name in MLX5)
+    assert findings["KF03"]["status"] == "ok" and "mlx5_" in findings["KF03"]["evidence"]
+
+
+def test_layers_verified_after_the_reboot(host):
+    with open(os.path.join(EPHEMERAL, "reports", "%s-system.json" % HOST)) as handle:
+        state = json.load(handle)
+    assert state["deepep_reboot_pending"] is False
+    assert state["doca_ofed_reboot_required"] is False and state["nvidia_peermapping_reboot_required"] is False
+    assert state["nvidia_peermapping_state"] == "live"
+    params = host.file("/opt/moe-fixtures/proc/driver/nvidia/params").content_string
+    assert 'RegistryDwords: "PeerMappingOverride=1;"' in params
+    assert sorted(host.file("/opt/moe-fixtures/sys/class/infiniband").listdir()) == MLX5
+
+
+def test_initramfs_refreshed_for_the_conf_file(host):
+    conf = host.file("/etc/modprobe.d/nvidia-deepep.conf")
+    stamp = host.file("/var/lib/moe_infra_deepep/nvidia-peermapping.initramfs").content_string.strip()
+    assert stamp == conf.sha256sum
+    assert "etc/modprobe.d/nvidia-deepep.conf" in host.check_output("lsinitramfs /boot/initrd.img-$(uname -r)")
+
+
+def test_the_builds_ran_unprivileged(host):
+    summary = json.load(open(os.path.join(EPHEMERAL, "site", "%s-site.json" % HOST)))
+    assert summary["deepep"]["fingerprint"] and summary["nvshmem"] and summary["gdrcopy"]
+    assert host.user("deepep-build").exists and host.user("deepep-build").shell == "/usr/sbin/nologin"
