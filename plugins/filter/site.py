@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
@@ -20,13 +21,29 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate imp
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string, nvshmem_hca_list
 
 
+ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+
+
+def role_options():
+    """{name: option} from every role's meta/argument_specs.yml (entry point main), as installed beside this
+    plugin."""
+    options = {}
+    for role in sorted(os.listdir(ROLES)):
+        path = os.path.join(ROLES, role, "meta", "argument_specs.yml")
+        if os.path.isfile(path):
+            with open(path) as handle:
+                spec = yaml.safe_load(handle) or {}
+            options.update(((spec.get("argument_specs") or {}).get("main") or {}).get("options") or {})
+    return options
+
+
 def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]; with ansible_run_tags and
     ansible_skip_tags, also tags that name no layer."""
     if not isinstance(site_vars, dict):
         raise AnsibleFilterError("deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
     # Filters run on the controller, where the cache and the source archives are.
-    return tag_problems(run_tags, skip_tags) + validate(site_vars, os.path.isdir, os.path.exists)
+    return tag_problems(run_tags, skip_tags) + validate(site_vars, os.path.isdir, os.path.exists, role_options())
 
 
 def deepep_manual_mapping(topology, value, gpu_count, hcas):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import V2_MIN_NCCL, torch_pin_problems, version_tuple
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import THRESHOLD_KEYS
@@ -50,10 +52,42 @@ def deepep_ref_generation(ref):
     return False
 
 
-def validate(site_vars, isdir=None, exists=None):
+SPEC_KEYS = ("type", "elements", "choices", "options")
+# Read by several roles through their own defaults (build_prerequisites_install, ...).
+SITE_BOOLS = ("deepep_install_prerequisites",)
+
+
+def _validator_spec(option):
+    """An argument_specs.yml option as ArgumentSpecValidator takes it: what it accepts, no default or docs."""
+    spec = dict((key, option[key]) for key in SPEC_KEYS if key in option)
+    if "options" in spec:
+        spec["options"] = dict((name, _validator_spec(sub)) for name, sub in (spec["options"] or {}).items())
+    return spec
+
+
+def spec_problems(site_vars, options):
+    """Each given variable that a role's argument_specs.yml documents, checked against its type, elements and
+    choices before any host is touched (the roles' own check would stop the host only when the role starts,
+    after the layers before it changed the node). options: {name: option} merged from the roles' specs."""
+    problems = []
+    for var in sorted(set(site_vars) & set(options or {})):
+        spec = _validator_spec(options[var])
+        result = ArgumentSpecValidator({var: spec}).validate({var: site_vars[var]})
+        if result.error_messages:
+            accepted = spec.get("type", "str")
+            if spec.get("elements"):
+                accepted = "a %s of %s" % (accepted, spec["elements"])
+            if spec.get("choices"):
+                accepted = " | ".join(str(choice) for choice in spec["choices"])
+            problems.append(_problem(var, site_vars[var], accepted, "; ".join(result.error_messages)))
+    return problems
+
+
+def validate(site_vars, isdir=None, exists=None, options=None):
     """Problems with the variables the site playbook is about to use. site_vars: {name: value}; absent names
     take the roles' defaults and are not checked. isdir / exists: path tests on the controller (where the cache
-    and the source archives live); None skips those checks."""
+    and the source archives live); None skips those checks. options: the roles' documented options, for the
+    type checks."""
     problems = []
     for var, accepted in sorted(CHOICES.items()):
         if var in site_vars and site_vars[var] not in accepted:
@@ -117,6 +151,13 @@ def validate(site_vars, isdir=None, exists=None):
             except ArchError as exc:
                 problems.append(_problem(var, value, "compute capabilities like 9.0 or 10.0, or GPU names",
                                          str(exc)))
+    # Site-wide switches no single role documents.
+    for var in SITE_BOOLS:
+        if var in site_vars:
+            problems.extend(spec_problems({var: site_vars[var]}, {var: {"type": "bool"}}))
+    # Type checks last, for the variables no check above named (one problem per variable is enough).
+    named = set(problem["var"] for problem in problems)
+    problems.extend(problem for problem in spec_problems(site_vars, options) if problem["var"] not in named)
     return problems
 
 

@@ -59,6 +59,12 @@ CASES = [
     ({"deepep_serial": 0}, "deepep_serial"),
     ({"deepep_arch_list": ["sm90"]}, "deepep_arch_list"),
     ({"deepep_src": "/nonexistent/DeepEP.tar.gz"}, "deepep_src"),
+    # Types, from the roles' argument specs (the roles would refuse them only when they start, after the layers
+    # before them changed the node).
+    ({"cuda_profile_path": "perhaps"}, "cuda_profile_path"),
+    ({"doca_ofed_packages": {"doca-ofed": 1}}, "doca_ofed_packages"),
+    ({"nvidia_peermapping_initramfs": "later"}, "nvidia_peermapping_initramfs"),
+    ({"deepep_install_prerequisites": "maybe"}, "deepep_install_prerequisites"),
 ]
 
 

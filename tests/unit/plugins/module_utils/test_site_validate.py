@@ -378,3 +378,24 @@ def test_without_the_source_at_hand_the_version_decides(source, defines):
 def test_no_headers_at_all_is_refused_whatever_the_source(tmp_path):
     (problem,) = source_nvshmem_problems("source", NO_NICS, "auto", ["/usr/include"], {"ref": "v3.4.5-0"})
     assert "no infiniband/mlx5_api.h under /usr/include" in problem["msg"]
+
+
+def test_types_from_the_role_specs():
+    options = {"cuda_profile_path": {"type": "bool", "default": True, "description": "x"},
+               "doca_ofed_packages": {"type": "list", "elements": "str", "default": ["doca-ofed"]},
+               "fixture_mode": {"type": "str", "choices": ["auto", "none"]}}
+    problems = validate({"cuda_profile_path": "perhaps", "doca_ofed_packages": {"a": 1},
+                         "fixture_mode": "later"}, options=options)
+    by_var = dict((p["var"], p) for p in problems)
+    assert by_var["cuda_profile_path"]["accepted"] == "bool"
+    assert by_var["doca_ofed_packages"]["accepted"] == "a list of str"
+    assert by_var["fixture_mode"]["accepted"] == "auto | none"
+    assert by_var["cuda_profile_path"]["msg"].startswith("cuda_profile_path: 'perhaps' is not accepted (")
+    # Accepted values, and values Ansible converts (a string of digits for an int, "yes" for a bool), pass.
+    assert validate({"cuda_profile_path": "yes", "doca_ofed_packages": ["doca-ofed"],
+                     "fixture_mode": "none"}, options=options) == []
+
+
+def test_a_variable_already_refused_is_not_named_twice():
+    problems = validate({"gdrcopy_build_jobs": "many"}, options={"gdrcopy_build_jobs": {"type": "int"}})
+    assert [p["var"] for p in problems] == ["gdrcopy_build_jobs"]
