@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 
 import pytest
 
@@ -112,3 +114,29 @@ def test_declared_version_wins_over_the_name():
 def test_unknown_version_asks_for_it():
     with pytest.raises(PlanError, match="set nvshmem_ibgda_source_version"):
         build_plan("main", ["9.0"])
+
+
+def test_hostile_values_reach_cmake_as_data(tmp_path):
+    """The build command is a bash script: values a site sets (a cmake option, the GDRCopy path) arrive as
+    cmake's arguments, byte for byte, and nothing in them runs. Stand-in cmake (a fixture) records its argv."""
+    pwned = tmp_path / "pwned"
+    hostile = "x$(touch %s)`touch %s`;touch %s'\"" % (pwned, pwned, pwned)
+    plan = build_plan("v3.5.19-1", ["9.0"], gdrcopy_root="/opt/gdr" + hostile,
+                      overrides={"NVSHMEM_BUILD_TESTS": hostile})
+    src, bin_dir = tmp_path / "src", tmp_path / "bin"
+    src.mkdir()
+    bin_dir.mkdir()
+    (src / "CMakeLists.txt").write_text("project(NVSHMEM\n  VERSION 3.5.19\n)\n")
+    args_file = tmp_path / "cmake-args"
+    (bin_dir / "cmake").write_text("#!/usr/bin/env python3\nimport json, sys\n"
+                                   "open(%r, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n" % str(args_file))
+    (bin_dir / "cmake").chmod(0o755)
+    env = {"PATH": "%s:/usr/bin:/bin" % bin_dir, "INSTALL_DIR": str(tmp_path / "install"),
+           "CUDA_HOME": str(tmp_path / "cuda")}
+    result = subprocess.run(["bash", "-c", plan["build_command"]], cwd=str(src), env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert not pwned.exists()
+    configure = json.loads(args_file.read_text().splitlines()[0])
+    assert "-DGDRCOPY_HOME=/opt/gdr" + hostile in configure
+    assert "-DNVSHMEM_BUILD_TESTS=" + hostile in configure
