@@ -19,6 +19,9 @@ DEBIAN_PACKAGES = {
     "python venv": "python3-venv",
     "python headers": "python3-dev",
 }
+# A need met by a command is met wherever that command runs (cmake from pip, a compiler from a toolchain module);
+# the others only by their package.
+COMMANDS = {"c compiler": "gcc", "c++ compiler": "g++", "make": "make", "cmake": "cmake", "git": "git"}
 SUPPORTED_FAMILIES = ("Debian",)
 
 
@@ -48,10 +51,13 @@ def prerequisite_packages(layers, os_family):
     """{needs: [{need, package, layers}], packages: [...], problem}: problem is set (and packages empty) where this
     collection cannot install them."""
     needs = build_needs(layers)
-    rows = [{"need": name, "package": DEBIAN_PACKAGES[name], "layers": needs[name]} for name in sorted(needs)]
+    rows = [{"need": name, "package": DEBIAN_PACKAGES[name], "command": COMMANDS.get(name, ""),
+             "layers": needs[name]} for name in sorted(needs)]
     if rows and os_family not in SUPPORTED_FAMILIES:
         return {"needs": rows, "packages": [], "problem": (
             "the build layers need %s; they are installed on Debian and Ubuntu only, this node is %s: install them "
             "(and cmake >= 3.19) first, or set deepep_install_prerequisites=false once they are there" % (
                 ", ".join("%s (%s)" % (row["need"], "/".join(row["layers"])) for row in rows), os_family or "unknown"))}
-    return {"needs": rows, "packages": sorted(set(row["package"] for row in rows)), "problem": None}
+    return {"needs": rows, "packages": sorted(set(row["package"] for row in rows)), "problem": None,
+            # package:command pairs for the presence check (the command may be empty).
+            "checks": ["%s:%s" % (row["package"], row["command"]) for row in rows]}

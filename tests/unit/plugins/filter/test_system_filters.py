@@ -55,7 +55,7 @@ def test_prerequisites_for_archives_the_nvshmem_wheel_and_a_given_interpreter():
 
 def test_prerequisites_elsewhere_name_what_to_install():
     result = FILTERS["deepep_build_prerequisites"]({"gdrcopy": {"build": True, "git": False}}, "RedHat")
-    assert result["packages"] == []
+    assert result["packages"] == [] and "checks" not in result
     assert result["problem"].startswith("the build layers need c compiler (gdrcopy), make (gdrcopy); they are "
                                         "installed on Debian and Ubuntu only, this node is RedHat")
 
@@ -63,3 +63,8 @@ def test_prerequisites_elsewhere_name_what_to_install():
 def test_prerequisites_refuse_an_unknown_layer():
     with pytest.raises(AnsibleFilterError, match="unknown layer"):
         FILTERS["deepep_build_prerequisites"]({"deepepp": {"build": True}}, "Debian")
+
+
+def test_prerequisites_checks_pair_each_package_with_its_command():
+    result = FILTERS["deepep_build_prerequisites"]({"nvshmem": {"build": True, "git": False}}, "Debian")
+    assert result["checks"] == ["gcc:gcc", "g++:g++", "cmake:cmake", "make:make", "libibverbs-dev:"]
