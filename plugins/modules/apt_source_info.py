@@ -14,8 +14,9 @@ description:
   - Reads apt's sources (C(sources.list), C(sources.list.d/*.list) one-line entries and C(sources.list.d/*.sources)
     deb822 stanzas) and reports the enabled C(deb) entries for O(uri), with the file, line and C(Signed-By) of
     each. URLs compare without a trailing slash and with C(file:///x) as C(file:/x).
-  - apt refuses every command when two entries for one URL name different C(Signed-By) keyrings
-    (C(E: Conflicting values set for option Signed-By)). NVIDIA's C(cuda-keyring) package, which GPU driver
+  - >-
+    apt refuses every command when two entries for one URL name different C(Signed-By) keyrings
+    ("Conflicting values set for option Signed-By"). NVIDIA's C(cuda-keyring) package, which GPU driver
     installers and install guides use, writes C(cuda-<distro>-x86_64.list) signed by
     C(/usr/share/keyrings/cuda-archive-keyring.gpg); the C(cuda) role uses this module to reuse such an entry
     instead of adding its own.
