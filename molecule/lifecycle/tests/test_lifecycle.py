@@ -10,13 +10,14 @@ import json
 import os
 import re
 
-EPHEMERAL = os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+# Kept after the scenario (molecule.yml: lifecycle_records).
+RECORDS = os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], ".build", "lifecycle")
 HOST = "a4-b200-mig-7xk2"  # the instance name the GCP inventory gave
 MLX5 = ["mlx5_%d" % i for i in range(8)]
 
 
 def log(name):
-    with open(os.path.join(EPHEMERAL, "logs", name)) as handle:
+    with open(os.path.join(RECORDS, "logs", name)) as handle:
         return handle.read()
 
 
@@ -72,7 +73,7 @@ def test_the_env_script_names_the_mlx5_devices(host):
 
 
 def test_the_doctor_names_them_too():
-    with open(os.path.join(EPHEMERAL, "doctor", "%s-doctor.json" % HOST)) as handle:
+    with open(os.path.join(RECORDS, "doctor", "%s-doctor.json" % HOST)) as handle:
         report = json.load(handle)
     findings = dict((f["id"], f) for f in report["findings"])
     assert findings["KF01"]["status"] == "ok" and all(name in findings["KF01"]["evidence"] for name in MLX5)
@@ -80,7 +81,7 @@ def test_the_doctor_names_them_too():
 
 
 def test_layers_verified_after_the_reboot(host):
-    with open(os.path.join(EPHEMERAL, "reports", "%s-system.json" % HOST)) as handle:
+    with open(os.path.join(RECORDS, "reports", "%s-system.json" % HOST)) as handle:
         state = json.load(handle)
     assert state["deepep_reboot_pending"] is False
     assert state["doca_ofed_reboot_required"] is False and state["nvidia_peermapping_reboot_required"] is False
@@ -98,6 +99,6 @@ def test_initramfs_refreshed_for_the_conf_file(host):
 
 
 def test_the_builds_ran_unprivileged(host):
-    summary = json.load(open(os.path.join(EPHEMERAL, "site", "%s-site.json" % HOST)))
+    summary = json.load(open(os.path.join(RECORDS, "site", "%s-site.json" % HOST)))
     assert summary["deepep"]["fingerprint"] and summary["nvshmem"] and summary["gdrcopy"]
     assert host.user("deepep-build").exists and host.user("deepep-build").shell == "/usr/sbin/nologin"
