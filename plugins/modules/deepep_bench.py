@@ -18,6 +18,8 @@ description:
   - Keeps the full output in O(log) and, with O(report), writes the parsed result as JSON.
   - Running a test changes nothing on the node, so the module reports C(changed=false); in check mode it
     runs nothing and says so.
+  - With O(verified_for) (the build's fingerprint) and O(report), a test that passed for the same build, command,
+    environment and thresholds is not run again: its report is returned with C(reused=true), unless O(rerun).
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -73,6 +75,17 @@ options:
   report:
     description: JSON file that receives the parsed result.
     type: path
+  verified_for:
+    description:
+      - What is tested, e.g. the DeepEP build's fingerprint. Kept in O(report) with the command, environment and
+        thresholds; a later call with all of them unchanged returns that passing report instead of running the
+        test again. Empty means always run.
+    type: str
+    default: ""
+  rerun:
+    description: Run the test even when O(report) holds a pass for the same O(verified_for) and inputs.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -124,8 +137,13 @@ command:
   returned: always
   type: list
   elements: str
+reused:
+  description: Whether the result is an earlier pass read from O(report) (nothing ran).
+  returned: always
+  type: bool
 """
 
+import hashlib
 import json
 import os
 import time
@@ -145,6 +163,31 @@ PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_late
 
 
 SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
+REPORT_KEYS = ("passed", "rc", "seconds", "result", "below_thresholds", "command")
+
+
+def verification_key(params, command):
+    """Digest of what a pass vouches for: the build, the command, its environment and the thresholds."""
+    if not params["verified_for"]:
+        return None
+    what = dict(verified_for=params["verified_for"], command=command, timeout=params["timeout"],
+                environment={k: str(v) for k, v in params["environment"].items()}, env_script=params["env_script"],
+                thresholds=params["thresholds"], min_checks_passed=params["min_checks_passed"])
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def earlier_pass(path, key):
+    """The report at path when it records a pass under key, else None."""
+    if not key or not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as handle:
+            report = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if report.get("verification_key") != key or report.get("passed") is not True:
+        return None
+    return report
 
 
 def main():
@@ -162,16 +205,24 @@ def main():
             min_checks_passed=dict(type="int", default=24, no_log=False),
             log=dict(type="path", required=True),
             report=dict(type="path"),
+            verified_for=dict(type="str", default=""),
+            rerun=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     script = os.path.join(p["deepep_dir"], "tests", SCRIPTS[p["test"]])
     command = [p["python"], script, "--num-processes", str(p["num_processes"])] + p["extra_args"]
+    verification = verification_key(p, command)
+    earlier = None if p["rerun"] else earlier_pass(p["report"], verification)
+    if earlier:
+        module.exit_json(changed=False, reused=True, log=p["log"], **{k: earlier.get(k) for k in REPORT_KEYS},
+                         msg="DeepEP %s test not run again: it passed for %s with the same command, environment "
+                             "and thresholds (%s); rerun runs it" % (p["test"], p["verified_for"], p["report"]))
     if module.check_mode:
         # Nothing runs in check mode; the tree may not even be built yet.
         # No rc key: Ansible reads any rc other than 0 as a failure.
-        module.exit_json(changed=False, passed=None, seconds=None, result={}, below_thresholds=[],
+        module.exit_json(changed=False, passed=None, seconds=None, result={}, below_thresholds=[], reused=False,
                          command=command, msg="check mode: would run %s" % " ".join(command))
     if not os.path.isfile(script):
         module.fail_json(msg="deepep_dir: %s not found; point deepep_dir at a DeepEP V1 source tree" % script)
@@ -224,11 +275,11 @@ def main():
         problems.append("%d of %d ranks reported bandwidth" % (len(parsed["ranks"]), p["num_processes"]))
     problems.extend(misses)
     result = dict(changed=False, passed=not problems, rc=rc, seconds=seconds, result=parsed,
-                  below_thresholds=misses, command=command, log=p["log"])
+                  below_thresholds=misses, command=command, log=p["log"], reused=False)
     if p["report"]:
         with open(p["report"], "w") as handle:
-            json.dump(dict(test=p["test"], num_processes=p["num_processes"], **{k: result[k] for k in (
-                "passed", "rc", "seconds", "result", "below_thresholds", "command")}), handle, indent=2)
+            json.dump(dict(test=p["test"], num_processes=p["num_processes"], verified_for=p["verified_for"],
+                           verification_key=verification, **{k: result[k] for k in REPORT_KEYS}), handle, indent=2)
     if problems:
         tail = "".join(text.splitlines(True)[-30:])
         module.fail_json(msg="DeepEP %s test failed: %s" % (p["test"], "; ".join(problems)), log_tail=tail, **result)

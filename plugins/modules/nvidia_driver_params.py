@@ -23,8 +23,11 @@ description:
     atomic write, diff support, nothing written in check mode). Registry dwords that other files set are
     carried into it so they are not lost. It fails, writing nothing, when a file read later would override
     the desired values.
-  - It never reloads the driver, refreshes the initramfs or reboots; the C(nvidia_peermapping) role does
-    that from the returned C(reboot_required) and C(changed).
+  - With O(state=present) and O(initramfs) other than C(none) it also refreshes the initramfs when the conf
+    file's content differs from the content it was last refreshed for (a stamp file, O(initramfs_stamp)), so a
+    run cut off between the write and the refresh still refreshes next time; in check mode it only predicts it.
+  - It never reloads the driver or reboots; the C(nvidia_peermapping) role asks for the reboot from the returned
+    C(reboot_required) and C(changed).
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -60,6 +63,19 @@ options:
     type: str
     choices: [query, present, absent]
     default: query
+  initramfs:
+    description:
+      - With O(state=present), how the initramfs is refreshed for the conf file. C(auto) picks
+        C(update-initramfs) or C(dracut), whichever the node has (none when it has neither); C(none) never
+        refreshes it (the driver reads O(modprobe_dir) from the root file system).
+    type: str
+    choices: [auto, update-initramfs, dracut, none]
+    default: none
+  initramfs_stamp:
+    description:
+      - File that records the SHA-256 of the conf file content the initramfs was last refreshed for.
+    type: path
+    default: /var/lib/moe_infra_deepep/nvidia-peermapping.initramfs
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -69,7 +85,7 @@ attributes:
     support: full
 notes:
   - The driver applies C(/etc/modprobe.d) when it loads; when it is loaded from the initramfs the initramfs
-    must be refreshed first.
+    must be refreshed first (O(initramfs)).
 seealso:
   - name: NVIDIA GPUDirect RDMA and dma-buf
     description: Why IBGDA needs C(PeerMappingOverride=1).
@@ -90,6 +106,7 @@ EXAMPLES = r"""
     module_params:
       EnableStreamMemOPs: 1
     state: present
+    initramfs: auto
   register: params
 
 - name: Tell whether the node must reboot
@@ -157,12 +174,27 @@ conf_file:
   description: Path of the file this module owns.
   returned: always
   type: str
+initramfs:
+  description: The initramfs refresh (with O(state=present)).
+  returned: always
+  type: dict
+  contains:
+    tool:
+      description: C(update-initramfs), C(dracut), or C(none) (not asked for, or no tool on the node).
+      type: str
+    refreshed:
+      description: Whether it was refreshed in this run (would be, in check mode).
+      type: bool
+    stamp:
+      description: The stamp file.
+      type: str
 msg:
   description: Summary.
   returned: always
   type: str
 """
 
+import hashlib
 import os
 import re
 import tempfile
@@ -243,6 +275,51 @@ def write_atomic(module, path, content):
             os.unlink(tmp)
 
 
+INITRAMFS_COMMANDS = {
+    "update-initramfs": ["update-initramfs", "-u", "-k", "all"],
+    "dracut": ["dracut", "-f", "--regenerate-all"],
+}
+SBIN_DIRS = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+
+
+def find_initramfs_tool(module):
+    """(tool, path) that refreshes the initramfs here; ("none", None) when not asked for or absent."""
+    wanted = module.params["initramfs"]
+    if module.params["state"] != "present" or wanted == "none":
+        return "none", None
+    search = os.environ.get("PATH", "").split(os.pathsep) + SBIN_DIRS
+    for tool in [wanted] if wanted != "auto" else list(INITRAMFS_COMMANDS):
+        for directory in search:
+            path = os.path.join(directory, tool)
+            if directory and os.access(path, os.X_OK):
+                return tool, path
+    if wanted != "auto":
+        module.fail_json(msg="initramfs: %s is not on this node; set initramfs to auto or none" % wanted)
+    return "none", None
+
+
+def refresh_initramfs(module, tool, path, conf_content):
+    """Refresh the initramfs when the conf content differs from the stamp's; returns the record."""
+    stamp = module.params["initramfs_stamp"]
+    record = dict(tool=tool, refreshed=False, stamp=stamp)
+    if tool == "none":
+        return record
+    checksum = hashlib.sha256(conf_content.encode("utf-8")).hexdigest()
+    if (read_text(stamp) or "").strip() == checksum:
+        return record
+    record["refreshed"] = True
+    if module.check_mode:
+        return record
+    rc, out, err = module.run_command([path] + INITRAMFS_COMMANDS[tool][1:])
+    if rc != 0:
+        module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(INITRAMFS_COMMANDS[tool]), rc,
+                                                          (err or out).strip()[-2000:]), initramfs=record)
+    if not os.path.isdir(os.path.dirname(stamp)):
+        os.makedirs(os.path.dirname(stamp), 0o755)
+    write_atomic(module, stamp, checksum + "\n")
+    return record
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -252,6 +329,8 @@ def main():
             registry_dwords=dict(type="dict", default={}),
             module_params=dict(type="dict", default={}),
             state=dict(type="str", default="query", choices=["query", "present", "absent"]),
+            initramfs=dict(type="str", default="none", choices=["auto", "update-initramfs", "dracut", "none"]),
+            initramfs_stamp=dict(type="path", default="/var/lib/moe_infra_deepep/nvidia-peermapping.initramfs"),
         ),
         supports_check_mode=True,
     )
@@ -315,6 +394,7 @@ def main():
                                             for s in overridden), conf_name),
                 settings=settings)
 
+    tool, tool_path = find_initramfs_tool(module)
     changed = new_content != before
     if changed and not module.check_mode:
         if new_content is None:
@@ -323,6 +403,8 @@ def main():
             if not os.path.isdir(modprobe_dir):
                 os.makedirs(modprobe_dir, 0o755)
             write_atomic(module, conf_path, new_content)
+    initramfs = refresh_initramfs(module, tool, tool_path, new_content or "")
+    changed = changed or initramfs["refreshed"]
 
     all_live = all(s["live"] == s["desired"] for s in settings) if driver_loaded else None
     all_configured = all(s["configured"] == s["desired"] for s in settings)
@@ -352,8 +434,9 @@ def main():
         conf_file=conf_path,
         msg=msg,
         notes=notes,
+        initramfs=initramfs,
     )
-    if module._diff and changed:
+    if module._diff and new_content != before:
         result["diff"] = dict(before=before or "", after=new_content or "",
                               before_header=conf_path, after_header=conf_path)
     module.exit_json(**result)

@@ -287,7 +287,7 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     assert outcomes("moe_infra.deepep.preflight : Discover NVIDIA GPUs") == ["ok"]
     assert outcomes("Discover the node") == ["skipping"]
     build = "moe_infra.deepep.gdrcopy : Summarize the GDRCopy build"
-    assert out.count("TASK [%s]" % build) == 2 and outcomes(build)[-1] == "skipping"
+    assert outcomes(build) == ["ok"]  # deepep.yml's GDRCopy play saw gdrcopy_root and left the role out
 
     rc, changed, out = run(node, *site, "--skip-tags", "deepep_verify", playbook="site.yml")
     assert rc == 0 and changed == 0, out

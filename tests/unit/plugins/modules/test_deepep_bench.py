@@ -119,3 +119,25 @@ def test_internode_needs_the_rendezvous_and_every_check(run_module, tree, tmp_pa
     del env["RANK"]
     result, failed = bench(run_module, tree, tmp_path, test="internode", num_processes=8, environment=env)
     assert failed and "exit status 1" in result["msg"] and "0/0 checks passed" in result["msg"]
+
+
+def test_a_pass_for_the_same_build_is_not_run_again(run_module, tree, tmp_path):
+    first, failed = bench(run_module, tree, tmp_path, verified_for="fp1", thresholds={"dispatch_fp8": 240})
+    assert not failed and first["reused"] is False and first["passed"] is True
+    # The test would now fail: a reused answer proves nothing ran.
+    (tree / "deep_ep_cpp.py").unlink()
+    again, failed = bench(run_module, tree, tmp_path, verified_for="fp1", thresholds={"dispatch_fp8": 240})
+    assert not failed and again["reused"] is True and again["passed"] is True, again
+    assert again["result"] == first["result"] and "not run again" in again["msg"]
+    # Another build, other thresholds, or rerun: it runs (and fails here).
+    for extra in ({"verified_for": "fp2"}, {"verified_for": "fp1", "thresholds": {"dispatch_fp8": 200}},
+                  {"verified_for": "fp1", "thresholds": {"dispatch_fp8": 240}, "rerun": True}):
+        result, failed = bench(run_module, tree, tmp_path, **extra)
+        assert failed and result["reused"] is False and "exit status 1" in result["msg"], extra
+
+
+def test_a_failed_report_is_never_reused(run_module, tree, tmp_path):
+    result, failed = bench(run_module, tree, tmp_path, verified_for="fp1", thresholds={"dispatch_fp8": 999})
+    assert failed
+    result, failed = bench(run_module, tree, tmp_path, verified_for="fp1", thresholds={"dispatch_fp8": 999})
+    assert failed and result["reused"] is False

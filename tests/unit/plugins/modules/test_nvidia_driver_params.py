@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
@@ -159,3 +160,56 @@ def test_bad_input_is_rejected_with_a_message(run_module, node, args, message):
     result, failed = params(run_module, node, **args)
     assert failed and message in result["msg"]
     assert os.listdir(node[1]) == []
+
+
+@pytest.fixture
+def initramfs_tool(tmp_path, monkeypatch):
+    """A stand-in update-initramfs first on PATH that records each call (the real one rebuilds /boot)."""
+    bin_dir = tmp_path / "sbin"
+    bin_dir.mkdir()
+    calls = tmp_path / "initramfs-calls"
+    tool = bin_dir / "update-initramfs"
+    tool.write_text('#!/bin/sh\necho "$@" >> %s\n' % calls)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(module, "SBIN_DIRS", [])
+    return calls
+
+
+def test_initramfs_refreshed_once_per_conf_content(run_module, node, tmp_path, initramfs_tool):
+    write_nvidia_params(node[0])
+    stamp = tmp_path / "state" / "nvidia-peermapping.initramfs"
+    args = dict(state="present", initramfs="auto", initramfs_stamp=str(stamp))
+    predicted = ok(run_module, node, check_mode=True, **args)
+    assert predicted["changed"] is True and predicted["initramfs"]["refreshed"] is True
+    assert not initramfs_tool.exists() and not stamp.exists()
+    first = ok(run_module, node, **args)
+    assert first["initramfs"] == {"tool": "update-initramfs", "refreshed": True, "stamp": str(stamp)}
+    assert initramfs_tool.read_text() == "-u -k all\n"
+    conf = (node[1] / "nvidia-deepep.conf").read_bytes()
+    assert stamp.read_text().strip() == hashlib.sha256(conf).hexdigest()
+    again = ok(run_module, node, **args)
+    assert again["changed"] is False and again["initramfs"]["refreshed"] is False
+    assert initramfs_tool.read_text() == "-u -k all\n"  # not run a second time
+
+
+def test_initramfs_refreshed_when_cut_off_after_the_write(run_module, node, tmp_path, initramfs_tool):
+    # A run killed between the conf write and the refresh: the conf is there, the stamp is not.
+    write_nvidia_params(node[0])
+    ok(run_module, node, state="present")
+    stamp = tmp_path / "nvidia-peermapping.initramfs"
+    result = ok(run_module, node, state="present", initramfs="auto", initramfs_stamp=str(stamp))
+    assert result["changed"] is True and result["initramfs"]["refreshed"] is True
+    assert initramfs_tool.read_text() == "-u -k all\n" and stamp.is_file()
+
+
+def test_initramfs_without_a_tool(run_module, node, tmp_path, initramfs_tool, monkeypatch):
+    write_nvidia_params(node[0])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    stamp = tmp_path / "stamp"
+    # A tool that is not there, asked for by name: refused before the conf file is written.
+    result, failed = params(run_module, node, state="present", initramfs="dracut", initramfs_stamp=str(stamp))
+    assert failed and "initramfs: dracut is not on this node" in result["msg"]
+    assert os.listdir(node[1]) == [] and not stamp.exists()
+    result = ok(run_module, node, state="present", initramfs="auto", initramfs_stamp=str(stamp))
+    assert result["initramfs"]["tool"] == "none" and not stamp.exists()

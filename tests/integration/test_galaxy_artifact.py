@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+"""`ansible-galaxy collection build` ships what users run and read, and none of the project's own tests,
+scripts, CI, measured results or GPU test inventory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GALAXY = os.path.join(os.path.dirname(sys.executable), "ansible-galaxy")
+TOP_LEVEL = {"CHANGELOG.md", "FILES.json", "LICENSE", "MANIFEST.json", "README.md", "docs", "inventories", "meta",
+             "playbooks", "plugins", "requirements", "roles"}
+NEVER = ("tests/", "molecule/", "scripts/", ".ci/", "docs/results/", "inventories/gpu-test/", ".venv/", ".build/")
+
+
+def test_the_built_collection_holds_what_users_need_only(tmp_path):
+    result = subprocess.run([GALAXY, "collection", "build", "--output-path", str(tmp_path), REPO], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    version = yaml.safe_load(open(os.path.join(REPO, "galaxy.yml")))["version"]
+    with tarfile.open(str(tmp_path / ("moe_infra-deepep-%s.tar.gz" % version))) as tar:
+        names = [member.name for member in tar.getmembers()]
+        license_text = tar.extractfile("LICENSE").read().decode()
+    assert {name.split("/")[0] for name in names} == TOP_LEVEL, sorted(names)
+    assert [name for name in names if name.startswith(NEVER) or name + "/" in NEVER] == []
+    assert [name for name in names if name.endswith((".pyc", ".tar.gz", ".log"))] == []
+    # Every role, module, playbook and example inventory is there.
+    for path in ("roles/deepep/tasks/main.yml", "plugins/modules/source_build.py", "playbooks/site.yml",
+                 "inventories/b200-cluster/hosts.yml", "inventories/gcp-mig/gcp_compute.yml",
+                 "requirements/gcp-collections.yml", "meta/runtime.yml"):
+        assert path in names, path
+    for role in os.listdir(os.path.join(REPO, "roles")):
+        assert "roles/%s/meta/argument_specs.yml" % role in names, role
+    assert "Apache License" in license_text and "Version 2.0" in license_text
