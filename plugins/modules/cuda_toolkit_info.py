@@ -72,54 +72,16 @@ cccl_include_dir:
   type: str
 """
 
-import json
-import os
-import re
-
 from ansible.module_utils.basic import AnsibleModule
 
-RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
-
-
-def parse_nvcc_release(output):
-    """'Cuda compilation tools, release 13.0, V13.0.88' -> '13.0'."""
-    match = RELEASE_RE.search(output or "")
-    return "%s.%s" % match.groups() if match else None
-
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import cuda_info
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(cuda_home=dict(type="path", default="/usr/local/cuda")),
         supports_check_mode=True,
     )
-    candidate = os.path.join(module.params["cuda_home"], "bin", "nvcc")
-    nvcc = candidate if os.access(candidate, os.X_OK) else module.get_bin_path("nvcc")
-    release = None
-    if nvcc:
-        rc, out, dummy = module.run_command([nvcc, "--version"], environ_update={"LC_ALL": "C"})
-        release = parse_nvcc_release(out) if rc == 0 else None
-    found = release is not None
-    cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if found else None
-    full_version = None
-    cccl = None
-    if cuda_home:
-        try:
-            with open(os.path.join(cuda_home, "version.json")) as handle:
-                full_version = json.load(handle).get("cuda", {}).get("version")
-        except (OSError, IOError, ValueError):
-            full_version = None
-        if os.path.isdir(os.path.join(cuda_home, "include", "cccl")):
-            cccl = os.path.join(cuda_home, "include", "cccl")
-    module.exit_json(
-        changed=False,
-        found=found,
-        nvcc=nvcc if found else None,
-        cuda_home=cuda_home,
-        release=release,
-        major=int(release.split(".")[0]) if release else None,
-        full_version=full_version,
-        cccl_include_dir=cccl,
-    )
+    module.exit_json(changed=False, **cuda_info(module, module.params["cuda_home"]))
 
 
 if __name__ == "__main__":

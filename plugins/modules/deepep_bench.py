@@ -18,8 +18,9 @@ description:
   - Keeps the full output in O(log) and, with O(report), writes the parsed result as JSON.
   - Running a test changes nothing on the node, so the module reports C(changed=false); in check mode it
     runs nothing and says so.
-  - With O(verified_for) (the build's fingerprint) and O(report), a test that passed for the same build, command,
-    environment and thresholds is not run again: its report is returned with C(reused=true), unless O(rerun).
+  - >-
+    With O(verified_for) (the build's fingerprint) and O(report), a test that passed for the same build, command,
+    environment and thresholds is not run again; its report is returned with C(reused=true), unless O(rerun).
 author:
   - moe_infra maintainers (@moe-infra)
 options:

@@ -159,29 +159,9 @@ msg:
   type: str
 """
 
-import re
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import discover_gpus
-from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import discover_hcas
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
-    deepep_mapping_string,
-    distance_matrix,
-    map_gpus_to_nics,
-    nvshmem_hca_list,
-    select_link_layer,
-    usable_ports,
-)
-
-
-def check_patterns(module, name):
-    for pattern in module.params[name]:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            module.fail_json(msg="%s: %r is not a valid regular expression: %s" % (name, pattern, exc))
-
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import topology_info
 
 def main():
     module = AnsibleModule(
@@ -193,39 +173,9 @@ def main():
         ),
         supports_check_mode=True,
     )
-    check_patterns(module, "hca_include")
-    check_patterns(module, "hca_exclude")
-    sysfs_root = module.params["sysfs_root"]
-    gpus = discover_gpus(sysfs_root)
-    hcas = discover_hcas(sysfs_root)
-    link_layer = select_link_layer(hcas, module.params["link_layer"])
-    nics, skipped = usable_ports(hcas, link_layer, module.params["hca_include"], module.params["hca_exclude"])
-    mapping = map_gpus_to_nics(gpus, nics, sysfs_root)
-    if not gpus:
-        msg = "no NVIDIA GPU found under %s: nothing to map" % sysfs_root
-    elif not hcas:
-        msg = "no RDMA HCA found under %s/class/infiniband: nothing to map (single-node only)" % sysfs_root
-    elif not nics:
-        msg = "none of the %d HCAs has a usable port (%s): nothing to map" % (
-            len(hcas), "; ".join("%s:%s %s" % (s["hca"], s["port"], s["reason"]) for s in skipped))
-    else:
-        msg = "mapped %d GPUs to %d %s ports" % (
-            len(mapping), len(set((m["hca"], m["port"]) for m in mapping)), link_layer)
-    module.exit_json(
-        changed=False,
-        gpus=[{"index": g["index"], "pci_address": g["pci_address"], "numa_node": g["numa_node"]} for g in gpus],
-        hcas=[{
-            "name": n["hca"], "port": n["port"], "pci_address": n["pci_address"], "numa_node": n["numa_node"],
-            "link_layer": n["link_layer"], "state": n["state"],
-        } for n in nics],
-        skipped_ports=skipped,
-        link_layer=link_layer,
-        mapping=mapping,
-        distances=distance_matrix(gpus, nics, sysfs_root),
-        deepep_device_to_hca_mapping=deepep_mapping_string(mapping),
-        nvshmem_hca_list=nvshmem_hca_list(mapping),
-        msg=msg,
-    )
+    p = module.params
+    module.exit_json(changed=False, **topology_info(module, p["sysfs_root"], p["hca_include"], p["hca_exclude"],
+                                                    p["link_layer"]))
 
 
 if __name__ == "__main__":

@@ -134,17 +134,7 @@ notes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
-    cmake_cuda_architectures,
-    torch_cuda_arch_list,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import (
-    NVIDIA_SMI_QUERY,
-    discover_gpus,
-    enrich_from_nvidia_smi,
-    parse_nvidia_smi,
-)
-
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import gpu_info
 
 def main():
     module = AnsibleModule(
@@ -154,39 +144,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    gpus = discover_gpus(module.params["sysfs_root"])
-    notes = []
-    smi_path = None
-    if gpus:
-        smi_path = module.get_bin_path(module.params["nvidia_smi"])
-        if smi_path:
-            rc, out, err = module.run_command([smi_path] + NVIDIA_SMI_QUERY, environ_update={"LC_ALL": "C"})
-            if rc == 0:
-                rows = parse_nvidia_smi(out)
-                enrich_from_nvidia_smi(gpus, rows)
-                missing = [gpu["pci_address"] for gpu in gpus if gpu["pci_address"] not in rows]
-                if missing:
-                    notes.append("nvidia-smi does not show GPUs at %s (driver not bound?)" % ", ".join(missing))
-            else:
-                notes.append("%s failed (rc=%s): %s" % (smi_path, rc, (err or out).strip()))
-                smi_path = None
-        else:
-            notes.append("nvidia-smi not found: name, driver and memory unknown")
-    caps = [gpu["compute_cap"] for gpu in gpus if gpu["compute_cap"]]
-    if gpus and len(caps) < len(gpus):
-        notes.append("compute capability unknown for %d of %d GPUs" % (len(gpus) - len(caps), len(gpus)))
-    driver_versions = [gpu["driver_version"] for gpu in gpus if gpu["driver_version"]]
-    module.exit_json(
-        changed=False,
-        gpus=gpus,
-        gpu_count=len(gpus),
-        compute_caps=sorted(set(caps), key=lambda cap: tuple(int(p) for p in cap.split("."))),
-        torch_cuda_arch_list=torch_cuda_arch_list(caps) if caps else "",
-        cmake_cuda_architectures=cmake_cuda_architectures(caps) if caps else "",
-        driver_version=driver_versions[0] if driver_versions else None,
-        nvidia_smi=smi_path,
-        notes=notes,
-    )
+    module.exit_json(changed=False, **gpu_info(module, module.params["sysfs_root"], module.params["nvidia_smi"]))
 
 
 if __name__ == "__main__":

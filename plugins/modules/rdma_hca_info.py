@@ -157,22 +157,7 @@ mellanox_pci_devices:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
-    discover_hcas,
-    hca_prefix,
-    header_has_dmabuf_data_direct,
-    mellanox_pci_devices,
-    parse_ofed_info,
-)
-
-
-def ofed_version(module):
-    ofed_info = module.get_bin_path("ofed_info")
-    if not ofed_info:
-        return None
-    rc, out, dummy = module.run_command([ofed_info, "-s"], environ_update={"LC_ALL": "C"})
-    return parse_ofed_info(out) if rc == 0 else None
-
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import rdma_info
 
 def main():
     module = AnsibleModule(
@@ -182,17 +167,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    hcas = discover_hcas(module.params["sysfs_root"])
-    header, has_symbol = header_has_dmabuf_data_direct(module.params["include_dirs"])
-    module.exit_json(
-        changed=False,
-        hcas=hcas,
-        hca_prefix=hca_prefix(hcas),
-        ofed_version=ofed_version(module),
-        mlx5_api_header=header,
-        dmabuf_data_direct=has_symbol,
-        mellanox_pci_devices=mellanox_pci_devices(module.params["sysfs_root"]),
-    )
+    module.exit_json(changed=False, **rdma_info(module, module.params["sysfs_root"], module.params["include_dirs"]))
 
 
 if __name__ == "__main__":

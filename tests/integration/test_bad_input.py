@@ -101,5 +101,5 @@ def test_refused_before_any_host_is_touched(tmp_path, variables, var):
     assert any(message in flat or message in out for message in named), (named, out)
     assert "Nothing was changed." in flat
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", out), out
-    assert "Discover NVIDIA GPUs" not in out  # stopped before preflight
+    assert "Discover GPUs, RDMA HCAs" not in out  # stopped before preflight
     assert not pwned.exists() and not prefix.exists() and not (tmp_path / "modprobe.d").exists()

@@ -284,7 +284,8 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     def outcomes(task):
         return re.findall(r"TASK \[%s\][^\n]*\n(\w+):" % re.escape(task), out)
     # No system layer changed what discovery read (and no reboot): it is not read again.
-    assert outcomes("moe_infra.deepep.preflight : Discover NVIDIA GPUs") == ["ok"]
+    discover = "moe_infra.deepep.preflight : Discover GPUs, RDMA HCAs, the GPU-to-NIC mapping and the CUDA toolkit"
+    assert outcomes(discover) == ["ok"]
     assert outcomes("Discover the node") == ["skipping"]
     build = "moe_infra.deepep.gdrcopy : Summarize the GDRCopy build"
     assert outcomes(build) == ["ok"]  # deepep.yml's GDRCopy play saw gdrcopy_root and left the role out

@@ -147,7 +147,7 @@ def test_site_refuses_bad_variables_before_touching_a_host(tmp_path, extra, mess
     assert rc == 2, out
     assert message in out and "Nothing was changed." in out
     # Stopped in the validation play: discovery never ran.
-    assert "Discover NVIDIA GPUs" not in out
+    assert "Discover GPUs, RDMA HCAs" not in out
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
 
 
@@ -161,7 +161,7 @@ def test_a_git_url_that_git_would_read_as_an_option_is_refused_before_anything_r
     assert "%s: %r is not accepted (it would be read as an option)" % (var, value) in out, out
     assert not pwned.exists()
     assert rc == 2 and "Nothing was changed." in out, out
-    assert "Discover NVIDIA GPUs" not in out  # stopped in the validation play
+    assert "Discover GPUs, RDMA HCAs" not in out  # stopped in the validation play
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
 
 

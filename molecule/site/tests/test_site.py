@@ -57,7 +57,9 @@ def save_timing(key, value):
 def playbook_command(*args, playbook="site.yml"):
     project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(project, ".build", "dev"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_FORCE_COLOR="0", CHANGE_RECORD=VERIFY_RECORD, PYTHONUNBUFFERED="1")
+               ANSIBLE_FORCE_COLOR="0", CHANGE_RECORD=VERIFY_RECORD, PYTHONUNBUFFERED="1",
+               # The output these tests read: task lines without profile_tasks' timestamps in between.
+               ANSIBLE_CALLBACKS_ENABLED="change_record")
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", os.path.join(EPHEMERAL, "inventory"),
            os.path.join(project, "playbooks", playbook)] + list(args)
     return cmd, env

@@ -133,3 +133,31 @@ def test_check_mode_gives_the_same_answer(run_module, tmp_path):
     checked, failed = run_module(module, {"sysfs_root": str(tmp_path)}, check_mode=True)
     assert not failed
     assert checked["mapping"] == normal["mapping"] and checked["changed"] is False
+
+
+@pytest.mark.parametrize("name", ["gcp_b200", "gcp_b200_doca", "ib_with_frontend", "h200_no_nics", "no_gpus"])
+def test_node_info_returns_what_each_discovery_module_returns(run_module, tmp_path, name):
+    """deepep_node_info (preflight's one call) gives exactly the four modules' results, on every fixture machine."""
+    from ansible_collections.moe_infra.deepep.plugins.modules import (
+        cuda_toolkit_info, deepep_node_info, nvidia_gpu_info, rdma_hca_info)
+    machines.MACHINES[name](tmp_path)
+    sysfs, include, cuda_home = str(tmp_path), [str(tmp_path / "include")], str(tmp_path / "cuda")
+    combined, failed = run_module(deepep_node_info, dict(sysfs_root=sysfs, include_dirs=include, cuda_home=cuda_home,
+                                                         hca_exclude=["^nothing$"]))
+    assert not failed and combined["changed"] is False, combined
+    for key, single, args in (
+            ("gpu", nvidia_gpu_info, dict(sysfs_root=sysfs)),
+            ("rdma", rdma_hca_info, dict(sysfs_root=sysfs, include_dirs=include)),
+            ("topology", module, dict(sysfs_root=sysfs, hca_exclude=["^nothing$"])),
+            ("cuda", cuda_toolkit_info, dict(cuda_home=cuda_home))):
+        alone, failed = run_module(single, args)
+        assert not failed, alone
+        expected = {k: v for k, v in alone.items() if k not in ("changed", "invocation")}
+        assert combined[key] == expected, key
+    assert combined["gpu"]["gpu_count"] == len(combined["topology"]["gpus"])
+
+
+def test_node_info_refuses_a_bad_pattern(run_module, tmp_path):
+    from ansible_collections.moe_infra.deepep.plugins.modules import deepep_node_info
+    result, failed = run_module(deepep_node_info, dict(sysfs_root=str(tmp_path), hca_include=["("]))
+    assert failed and "hca_include: '(' is not a valid regular expression" in result["msg"]
