@@ -76,6 +76,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import cuda_info
 
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(cuda_home=dict(type="path", default="/usr/local/cuda")),

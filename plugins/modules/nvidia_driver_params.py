@@ -312,8 +312,8 @@ def refresh_initramfs(module, tool, path, conf_content):
         return record
     rc, out, err = module.run_command([path] + INITRAMFS_COMMANDS[tool][1:])
     if rc != 0:
-        module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(INITRAMFS_COMMANDS[tool]), rc,
-                                                          (err or out).strip()[-2000:]), initramfs=record)
+        why = (err or out).strip()[-2000:]
+        module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(INITRAMFS_COMMANDS[tool]), rc, why), initramfs=record)
     if not os.path.isdir(os.path.dirname(stamp)):
         os.makedirs(os.path.dirname(stamp), 0o755)
     write_atomic(module, stamp, checksum + "\n")

@@ -159,6 +159,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import rdma_info
 
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
