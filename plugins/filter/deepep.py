@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build_commands import (
+    CommandError,
+    deepep_commands,
+    gdrcopy_commands,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check as compat_check
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
@@ -30,6 +35,17 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
     deepep_mapping_string,
     nvshmem_hca_list,
 )
+
+
+def deepep_build_commands(component, **options):
+    """'gdrcopy' or 'deepep' -> {build, verify}: the commands source_build runs, every site value quoted."""
+    builders = {"gdrcopy": gdrcopy_commands, "deepep": deepep_commands}
+    if component not in builders:
+        raise AnsibleFilterError("deepep_build_commands: %r is not one of %s" % (component, ", ".join(builders)))
+    try:
+        return builders[component](**options)
+    except (CommandError, TypeError) as exc:
+        raise AnsibleFilterError("deepep_build_commands(%s): %s" % (component, exc))
 
 
 def _arch(function, values):
@@ -128,4 +144,5 @@ class FilterModule(object):
             "deepep_node_report": deepep_node_report,
             "nvshmem_source_plan": nvshmem_source_plan,
             "deepep_torch_pin": deepep_torch_pin,
+            "deepep_build_commands": deepep_build_commands,
         }

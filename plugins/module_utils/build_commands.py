@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""The GDRCopy and DeepEP build and verify commands source_build runs with bash (NVSHMEM's: nvshmem.py). Every
+value a site sets is quoted: it reaches make or the interpreter as one argument, byte for byte, and never runs.
+$INSTALL_DIR and $SRC_DIR are source_build's. Pure."""
+
+from __future__ import annotations
+
+import shlex
+
+
+class CommandError(ValueError):
+    pass
+
+
+def _jobs(jobs):
+    if isinstance(jobs, bool) or not str(jobs).strip().isdigit():
+        raise CommandError("jobs: %r is not a number of parallel jobs (0 for one per CPU)" % (jobs,))
+    jobs = int(str(jobs).strip())
+    return "$(nproc)" if jobs == 0 else str(jobs)
+
+
+def gdrcopy_commands(jobs=0, kernel_module=False, nvidia_src=""):
+    """{build, verify} for GDRCopy: the library only (`make lib lib_install`, never `all`: KF10, KF13, KF35);
+    with kernel_module also gdrdrv (`driver drv_install`) against the NVIDIA driver source."""
+    build = 'make -j%s prefix="$INSTALL_DIR" lib lib_install' % _jobs(jobs)
+    if kernel_module:
+        if not nvidia_src:
+            raise CommandError("kernel_module needs the NVIDIA driver source directory (nvidia_src)")
+        build += " driver drv_install NVIDIA_SRC_DIR=%s" % shlex.quote(nvidia_src)
+    verify = 'test -e "$INSTALL_DIR/lib/libgdrapi.so" && test -f "$INSTALL_DIR/include/gdrapi.h"'
+    return dict(build=build, verify=verify)
+
+
+def deepep_commands(python):
+    """{build, verify} for DeepEP with the given interpreter: build_ext in place (for the tests and the env
+    script), then bdist_wheel (ninja finds the objects, so it only links and packs); verify imports both modules
+    from / and finds the wheel."""
+    if not python or not python.startswith("/"):
+        raise CommandError("python: %r is not an absolute interpreter path" % (python,))
+    py = shlex.quote(python)
+    build = "%s setup.py build_ext --inplace && %s setup.py bdist_wheel --dist-dir dist" % (py, py)
+    verify = ("cd / && PYTHONPATH=\"$SRC_DIR\" %s -c 'import deep_ep, deep_ep_cpp' && ls \"$SRC_DIR\"/dist/*.whl"
+              % py)
+    return dict(build=build, verify=verify)

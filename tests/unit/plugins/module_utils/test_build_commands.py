@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+"""The GDRCopy and DeepEP commands run as source_build runs them (bash, $INSTALL_DIR and $SRC_DIR set) with
+stand-in make and interpreter (fixtures that record their argv): hostile values arrive as one argument each and
+nothing in them runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build_commands import (
+    CommandError,
+    deepep_commands,
+    gdrcopy_commands,
+)
+
+RECORDER = "#!/usr/bin/env python3\nimport json, sys\nopen(%r, 'a').write(json.dumps(sys.argv) + '\\n')\n"
+
+
+def hostile(tmp_path):
+    pwned = tmp_path / "pwned"
+    return pwned, "x$(touch %s)`touch %s`;touch %s'\" |touch %s" % (pwned, pwned, pwned, pwned)
+
+
+def run(command, tmp_path, tools):
+    """bash -c command with each tool a recorder; returns [argv, ...] in call order."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir(exist_ok=True)
+    paths = []
+    for tool in tools:
+        path = tool if tool.startswith("/") else str(bin_dir / tool)
+        with open(path, "w") as handle:
+            handle.write(RECORDER % str(calls))
+        subprocess.run(["chmod", "755", path], check=True)
+        paths.append(path)
+    src = tmp_path / "src"
+    (src / "dist").mkdir(parents=True, exist_ok=True)
+    (src / "dist" / "deep_ep-1.2.1-py3-none-any.whl").write_text("")
+    env = {"PATH": "%s:/usr/bin:/bin" % bin_dir, "INSTALL_DIR": str(tmp_path / "install"), "SRC_DIR": str(src)}
+    result = subprocess.run(["bash", "-c", command], cwd=str(src), env=env, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in calls.read_text().splitlines()]
+
+
+def test_gdrcopy_library_only_by_default(tmp_path):
+    commands = gdrcopy_commands(jobs=8)
+    calls = run(commands["build"], tmp_path, ["make"])
+    assert [c[1:] for c in calls] == [["-j8", "prefix=%s" % (tmp_path / "install"), "lib", "lib_install"]]
+    assert "driver" not in commands["build"]
+    assert gdrcopy_commands()["build"].startswith("make -j$(nproc) ")
+
+
+def test_gdrcopy_driver_source_arrives_as_data(tmp_path):
+    pwned, value = hostile(tmp_path)
+    calls = run(gdrcopy_commands(jobs=2, kernel_module=True, nvidia_src="/usr/src/nvidia" + value)["build"],
+                tmp_path, ["make"])
+    assert calls[0][-1] == "NVIDIA_SRC_DIR=/usr/src/nvidia" + value
+    assert calls[0][3:6] == ["lib", "lib_install", "driver"]
+    assert not pwned.exists()
+
+
+def test_deepep_interpreter_path_arrives_as_data(tmp_path):
+    # A file name (no slash), so the recorder can live there: it would create pwned in the build directory.
+    python = str(tmp_path / "py$(touch pwned)`touch pwned`;touch pwned'\" |touch pwned")
+    pwned = tmp_path / "src" / "pwned"
+    commands = deepep_commands(python)
+    calls = run(commands["build"], tmp_path, [python])
+    assert calls == [[python, "setup.py", "build_ext", "--inplace"],
+                     [python, "setup.py", "bdist_wheel", "--dist-dir", "dist"]]
+    calls = run(commands["verify"], tmp_path, [python])
+    assert calls[-1] == [python, "-c", "import deep_ep, deep_ep_cpp"]
+    assert not pwned.exists()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: gdrcopy_commands(jobs="4; touch /tmp/x"), "jobs: '4; touch /tmp/x' is not a number"),
+    (lambda: gdrcopy_commands(jobs=True), "jobs: True is not a number"),
+    (lambda: gdrcopy_commands(kernel_module=True), "needs the NVIDIA driver source"),
+    (lambda: deepep_commands("python3"), "python: 'python3' is not an absolute interpreter path"),
+])
+def test_bad_values_are_refused(call, message):
+    with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call()
