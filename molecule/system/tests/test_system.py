@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-"""Verify the system layers on each node over the podman connection, against the fixture it carries, and that
---check on the fresh nodes predicted exactly the changes converge then made."""
+"""Verify the system layers on each node over SSH (as real nodes are reached), against the fixture it carries,
+and that --check on the fresh nodes predicted exactly the changes converge then made."""
 
 from __future__ import annotations
 
