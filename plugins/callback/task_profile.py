@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: task_profile
+type: aggregate
+short_description: Where a run's time went, task by task
+version_added: "0.3.0"
+description:
+  - At the end of a run, prints the wall time of the run, how many tasks started, and the slowest tasks with
+    their time (a task that runs on several hosts counts once, from its start to the next task's start).
+  - Needs only ansible-core, so it works on a controller without the bundled collections
+    (C(ansible.posix.profile_tasks) does the same where those are installed).
+requirements:
+  - enable it with C(callbacks_enabled = moe_infra.deepep.task_profile) in C(ansible.cfg), or
+    C(ANSIBLE_CALLBACKS_ENABLED=moe_infra.deepep.task_profile)
+options:
+  count:
+    description: How many of the slowest tasks to print.
+    type: int
+    default: 20
+    env:
+      - name: MOE_INFRA_TASK_PROFILE_COUNT
+    ini:
+      - section: callback_task_profile
+        key: count
+"""
+
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "moe_infra.deepep.task_profile"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super(CallbackModule, self).__init__()
+        self._started = time.time()
+        self._current = None
+        self._tasks = []  # [name, seconds] in the order they started
+
+    def _close_current(self):
+        if self._current is not None:
+            self._current[1] = time.time() - self._current[1]
+            self._tasks.append(self._current)
+            self._current = None
+
+    def _start(self, task):
+        self._close_current()
+        role = task._role.get_name() if getattr(task, "_role", None) else ""
+        name = task.get_name().strip()
+        self._current = ["%s : %s" % (role, name) if role and not name.startswith(role) else name, time.time()]
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._start(task)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._start(task)
+
+    def v2_playbook_on_stats(self, stats):
+        self._close_current()
+        count = self.get_option("count")
+        wall = time.time() - self._started
+        self._display.banner("TASK PROFILE")
+        self._display.display("%d tasks started, %.1f s in all; the %d slowest:"
+                              % (len(self._tasks), wall, min(count, len(self._tasks))))
+        for name, seconds in sorted(self._tasks, key=lambda entry: -entry[1])[:count]:
+            self._display.display("%8.2f s  %s" % (seconds, name))
