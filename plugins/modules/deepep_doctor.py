@@ -330,7 +330,9 @@ def dpkg_installed(root, package):
     return False
 
 
-def gather(module):
+def gather(module, probe=True):
+    """The node's evidence. probe=False (preflight_only: no preflight check reads them) leaves out the two
+    interpreter probes and nvshmem-info, each a few seconds on a GPU node where they import torch."""
     p = module.params
     sysfs, procfs, root = p["sysfs_root"], p["procfs_root"], p["root"]
     prefix = p["deepep_prefix"]
@@ -342,7 +344,7 @@ def gather(module):
     stamp_inputs = ((deepep_stamp or {}).get("inputs") or {}).get("inputs") or {}
     python = p["python"] or (os.path.join(prefix, "venv", "bin", "python")
                              if os.path.exists(os.path.join(prefix, "venv", "bin", "python")) else "")
-    py = probe_python(module, python, env_script)
+    py = probe_python(module, python, env_script) if probe else None
     nvshmem_current = os.path.join(p["nvshmem_prefix"] or os.path.join(prefix, "nvshmem"), "current")
     nvshmem_root = p["nvshmem_root"] or stamp_inputs.get("nvshmem_dir") or (
         nvshmem_current if os.path.isdir(nvshmem_current) else "")
@@ -377,7 +379,7 @@ def gather(module):
         "deepep_version": p["deepep_version"] or stamp_inputs.get("deepep_version"),
         "deepep_nvshmem_35_fix": p["deepep_nvshmem_35_fix"],
         "deepep_tree": tree_owners(os.path.join(prefix, "deepep", "current", "src")),
-        "nvshmem": nvshmem_info(module, nvshmem_root, (py or {}).get("nvshmem_wheel")),
+        "nvshmem": nvshmem_info(module, nvshmem_root if probe else "", (py or {}).get("nvshmem_wheel")),
         "gdrcopy": {"root": gdrcopy_root if os.path.isdir(gdrcopy_root) else None,
                     "header": gdrcopy_header if os.path.exists(gdrcopy_header) else None},
         "python": py,
@@ -435,7 +437,7 @@ def main():
     only = module.params["checks"]
     if module.params["preflight_only"]:
         only = [check.id for check in CHECKS if check.preflight and (not only or check.id in only)]
-    evidence = gather(module)
+    evidence = gather(module, probe=not module.params["preflight_only"])
     findings = diagnose(evidence, only)
     node = {"hostname": evidence["hostname"], "gpu_count": evidence["gpu_count"], "hca_count": len(evidence["hcas"])}
     evidence["logs"] = sorted(evidence["logs"])  # the paths; the text stays on the node

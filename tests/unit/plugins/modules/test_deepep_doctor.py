@@ -141,3 +141,15 @@ def test_gdrcopy_and_nvshmem_under_their_own_prefixes(run_module, tmp_path):
                            nvshmem_prefix=str(layers / "nvshmem"))
     assert result["evidence"]["gdrcopy"]["header"] == str(layers / "gdrcopy" / "current" / "include" / "gdrapi.h")
     assert result["evidence"]["nvshmem"]["root"] == str(layers / "nvshmem" / "current")
+
+
+def test_preflight_only_does_not_start_the_interpreter(run_module, tmp_path):
+    # A stand-in interpreter (fixture) that records each start: the full doctor probes it, preflight does not.
+    args = node(tmp_path)
+    starts = tmp_path / "starts"
+    python = tmp_path / "python"
+    write(python, "#!/bin/sh\necho started >> %s\necho '{\"error\": null}'\n" % starts, 0o755)
+    doctor(run_module, args, preflight_only=True, python=str(python))
+    assert not starts.exists()
+    doctor(run_module, args, python=str(python))
+    assert starts.read_text().count("started") == 2  # the torch stack and the deep_ep import
