@@ -95,17 +95,20 @@ import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+# Finds the module without importing it (importing torch takes seconds on a GPU node).
 SITE_PROBE = r"""
-import importlib, json, os, sys, sysconfig
+import importlib.util, json, os, sys, sysconfig
 name = sys.argv[1]
 if not name:
     print(json.dumps({"site": sysconfig.get_paths()["purelib"], "error": None}))
 else:
     try:
-        module = importlib.import_module(name)
-        path = os.path.abspath(module.__file__)
-        # A package's __file__ is <site>/<name>/__init__.py; a single module's is <site>/<name>.py.
-        site = os.path.dirname(os.path.dirname(path) if hasattr(module, "__path__") else path)
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+            raise ModuleNotFoundError("No module named %r" % name)
+        path = os.path.abspath(spec.origin)
+        # A package's origin is <site>/<name>/__init__.py; a single module's is <site>/<name>.py.
+        site = os.path.dirname(os.path.dirname(path) if spec.submodule_search_locations is not None else path)
         print(json.dumps({"site": site, "error": None}))
     except Exception as exc:
         print(json.dumps({"site": None, "error": "%s: %s" % (type(exc).__name__, exc)}))
