@@ -80,3 +80,18 @@ def test_ld_library_path_is_prepended_once(tmp_path):
 def test_ld_library_path_cannot_be_set_as_an_extra(tmp_path):
     with pytest.raises(EnvError, match="deepep_ld_library_path"):
         build_env(discovered_node("h200_no_nics", tmp_path), SRC, extra={"LD_LIBRARY_PATH": "/x"})
+
+
+def test_hostile_values_stay_literal_when_sourced(tmp_path):
+    """deepep_env_extra values with command substitutions, backticks, quotes and a newline: sourcing the script
+    runs none of them and each variable holds the value byte for byte."""
+    pwned = tmp_path / "pwned"
+    values = {"A": "$(touch %s)" % pwned, "B": "`touch %s`" % pwned, "C": "x'; touch %s; '" % pwned,
+              "D": "line\ntouch %s" % pwned, "E": '"; touch %s; "' % pwned}
+    result = build_env(discovered_node("h200_no_nics", tmp_path), SRC, extra=values)
+    script = tmp_path / "env.sh"
+    script.write_text("\n".join(render_lines(result)) + "\n")
+    out = subprocess.run(["bash", "-c", '. "$1"; for v in A B C D E; do printf "%s\\0" "${!v}"; done', "-",
+                          str(script)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    assert out.stdout.split("\0")[:5] == [values[k] for k in "ABCDE"]
+    assert not pwned.exists()
