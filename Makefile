@@ -17,7 +17,7 @@ DEV := $(CURDIR)/.build/dev
 export STAGE_TIMES := $(CURDIR)/.build/stage-times
 TIMED := ./scripts/timed
 
-.PHONY: provision facts install gcp-extras test check units integration lint sanity molecule docs clean
+.PHONY: provision facts install gcp-extras test check units integration lint sanity molecule docs clean ee-context compat
 
 $(BIN)/.runtime: requirements/runtime.txt
 	WHEELS=$(WHEELS) ./scripts/make-venv $(PYTHON) $(VENV)
@@ -55,7 +55,7 @@ test: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
 	@# The QEMU scenario takes longest: it starts first and runs beside every other stage.
 	PATH=$(BIN):$$PATH ./scripts/run-molecule --start lifecycle
 	@# The VM (one emulated CPU's worth of work at a time) is the critical path: the other stages yield to it.
-	nice -n 10 $(MAKE) --no-print-directory units docs lint integration sanity molecule
+	nice -n 10 $(MAKE) --no-print-directory units docs lint integration compat sanity molecule
 	@echo "make test: every stage passed"; cat $(STAGE_TIMES)
 
 ## check: the fast loop (about a minute): unit tests, ansible-doc, ansible-lint
@@ -79,6 +79,18 @@ docs: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
 lint: $(BIN)/.test
 	PATH=$(BIN):$$PATH $(TIMED) lint $(BIN)/ansible-lint
 
+COMPAT := $(CURDIR)/.build/compat/bin
+$(COMPAT)/.test: requirements/compat.txt
+	WHEELS=$(WHEELS) ./scripts/make-venv $(PYTHON) .build/compat
+	$(COMPAT)/python -m pip install -q --disable-pip-version-check $(if $(WHEELS),--no-index --find-links $(WHEELS)) -r requirements/compat.txt
+	touch $@
+
+## compat: unit tests and the main playbook tests on the oldest ansible-core meta/runtime.yml accepts
+compat: $(COMPAT)/.test $(DEV)/ansible_collections/moe_infra/deepep
+	$(TIMED) compat sh -c '$(COMPAT)/python -m pytest -q -p no:cacheprovider tests/unit && \
+	  $(COMPAT)/python -m pytest -q -p no:cacheprovider tests/integration/test_deepep_playbook.py \
+	    -k "build_env_script or site_runs_every_layer or threshold_failure"'
+
 sanity: $(BIN)/.test
 	$(TIMED) sanity ./scripts/run-sanity $(BIN)
 
@@ -87,3 +99,10 @@ molecule: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
 
 clean:
 	rm -rf .build $(VENV)
+
+## ee-context: the execution environment's build context in .build/ee (then: podman build -t moe-infra-deepep-ee .build/ee)
+ee-context: $(BIN)/.test
+	rm -rf .build/ee-collection .build/ee && mkdir -p .build/ee-collection
+	$(BIN)/ansible-galaxy collection build --output-path .build/ee-collection $(CURDIR) >/dev/null
+	mv .build/ee-collection/moe_infra-deepep-*.tar.gz .build/ee-collection/moe_infra-deepep.tar.gz
+	$(BIN)/ansible-builder create -f execution-environment.yml -c .build/ee

@@ -320,7 +320,8 @@ def tag_problems(run_tags, skip_tags):
 PREFIX_VARS = ("deepep_prefix", "gdrcopy_prefix", "nvshmem_ibgda_prefix", "deepep_venv")
 # Node paths that reach commands or the env script; '' means "not set" where the role allows it.
 PATH_VARS = ("deepep_python", "deepep_env_script", "deepep_report_dir", "deepep_cuda_home", "nvshmem_ibgda_cuda_home",
-             "nvshmem_ibgda_rdma_include_dir", "nvshmem_ibgda_python", "gdrcopy_nvidia_src_dir")
+             "nvshmem_ibgda_rdma_include_dir", "nvshmem_ibgda_python", "gdrcopy_nvidia_src_dir",
+             "deepep_probe_cache_dir")
 # (variable, smallest accepted value, what it means)
 COUNTS = (
     ("deepep_verify_timeout", 1, "seconds before a test counts as hung"),

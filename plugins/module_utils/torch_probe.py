@@ -5,6 +5,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
+import tempfile
+
 PROBE = r'''
 import glob, importlib.metadata as md, importlib.util, json, os, sys
 out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
@@ -64,3 +70,80 @@ except Exception as exc:
     print(json.dumps({"importable": False, "file": None, "error": "%s: %s" % (type(exc).__name__, exc),
                       "nvshmem_host_loaded": None}))
 '''
+
+# What a probe's answer depends on, read without importing torch: the interpreter, its sys.path (PYTHONPATH
+# included) with the top-level entries of each directory and their mtimes (a pip install or upgrade adds and
+# removes dist-info directories; a rebuilt extension gets a new mtime), the files and directories the
+# environment names (LD_PRELOAD, LD_LIBRARY_PATH), the environment itself and the probe script.
+SYS_PATH = "import json, sys; print(json.dumps([p for p in sys.path if p]))"
+KEPT_ANSWERS = 32
+
+
+def _entries(path):
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return None
+    listing = []
+    for name in names:
+        try:
+            listing.append((name, os.stat(os.path.join(path, name)).st_mtime_ns))
+        except OSError:
+            listing.append((name, None))
+    return listing
+
+
+def _stat(path):
+    try:
+        st = os.stat(path)
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+def state_key(module, python, script, env):
+    """Digest of what the probe's answer depends on, or None when it cannot be read (then the probe runs)."""
+    rc, out, dummy = module.run_command([python, "-c", SYS_PATH], environ_update=env, cwd="/")
+    if rc != 0:
+        return None
+    try:
+        paths = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    named = []
+    for key in ("LD_PRELOAD", "LD_LIBRARY_PATH"):
+        for item in re.split(r"[:\s]+", env.get(key) or ""):
+            if item:
+                named.append((item, _stat(item), _entries(item) if os.path.isdir(item) else None))
+    state = {"python": os.path.realpath(python), "python_stat": _stat(os.path.realpath(python)),
+             "sys_path": [(path, _entries(path)) for path in paths], "named": named,
+             "env": sorted(env.items()), "script": hashlib.sha256(script.encode()).hexdigest()}
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def run_probe_cached(module, python, script, env, cache_dir):
+    """(rc, stdout, stderr, cached): the probe's output, from cache_dir when the state it depends on is the one
+    an earlier run of it saw. A failing probe is not kept; in check mode nothing is written."""
+    key = state_key(module, python, script, env) if cache_dir else None
+    path = os.path.join(cache_dir, key + ".json") if key else None
+    if path and os.path.isfile(path):
+        try:
+            with open(path) as handle:
+                return 0, json.load(handle)["stdout"], "", True
+        except (OSError, ValueError, KeyError):
+            pass
+    rc, out, err = module.run_command([python, "-c", script], environ_update=env, cwd="/")
+    if path and rc == 0 and not module.check_mode:
+        try:
+            os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+            handle, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".probe.")
+            with os.fdopen(handle, "w") as stream:
+                json.dump({"python": python, "stdout": out}, stream)
+            os.replace(tmp, path)
+            answers = sorted((os.path.getmtime(os.path.join(cache_dir, name)), name) for name in os.listdir(cache_dir)
+                             if name.endswith(".json"))
+            for dummy, name in answers[:-KEPT_ANSWERS]:
+                os.unlink(os.path.join(cache_dir, name))
+        except OSError:
+            pass  # a cache that cannot be written only costs the next run a probe
+    return rc, out, err, False

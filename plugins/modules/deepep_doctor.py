@@ -78,6 +78,14 @@ options:
       - It imports torch and deep_ep from C(/) with the env script's variables, as a DeepEP process would.
     type: str
     default: ""
+  probe_cache_dir:
+    description:
+      - >-
+        Where the interpreter probe's answers are kept (see M(moe_infra.deepep.torch_stack_info)'s C(cache_dir)):
+        while the interpreter's installed packages, the env script's paths and variables are unchanged, the
+        answer is read instead of importing torch again. Empty probes every time.
+    type: path
+    default: ""
   log_dirs:
     description: Directories whose C(*.log) files are matched against the known messages; empty for
       I(deepep_prefix)/reports.
@@ -176,7 +184,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
     mellanox_pci_devices,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import list_dir, read_attr
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached
 
 CAP_IPC_LOCK = 14
 LOG_TAIL_BYTES = 2 * 1024 * 1024
@@ -271,7 +279,7 @@ def nvshmem_info(module, root, wheel):
     return info
 
 
-def probe_python(module, python, env_script):
+def probe_python(module, python, env_script, cache_dir=""):
     if not python:
         return None
     if not os.access(python, os.X_OK):
@@ -282,7 +290,7 @@ def probe_python(module, python, env_script):
         env[name] = value + os.pathsep + os.environ[name] if name in path_like and os.environ.get(name) else value
     out = {"python": python, "error": None}
     for key, script in (("stack", PROBE), ("deep_ep", IMPORT_PROBE)):
-        rc, stdout, stderr = module.run_command([python, "-c", script], environ_update=env, cwd="/")
+        rc, stdout, stderr, dummy = run_probe_cached(module, python, script, env, cache_dir)
         try:
             result = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -344,7 +352,7 @@ def gather(module, probe=True):
     stamp_inputs = ((deepep_stamp or {}).get("inputs") or {}).get("inputs") or {}
     python = p["python"] or (os.path.join(prefix, "venv", "bin", "python")
                              if os.path.exists(os.path.join(prefix, "venv", "bin", "python")) else "")
-    py = probe_python(module, python, env_script) if probe else None
+    py = probe_python(module, python, env_script, p["probe_cache_dir"]) if probe else None
     nvshmem_current = os.path.join(p["nvshmem_prefix"] or os.path.join(prefix, "nvshmem"), "current")
     nvshmem_root = p["nvshmem_root"] or stamp_inputs.get("nvshmem_dir") or (
         nvshmem_current if os.path.isdir(nvshmem_current) else "")
@@ -418,6 +426,7 @@ def main():
             nvshmem_prefix=dict(type="str", default=""),
             gdrcopy_prefix=dict(type="str", default=""),
             python=dict(type="str", default=""),
+            probe_cache_dir=dict(type="path", default=""),
             log_dirs=dict(type="list", elements="path", default=[]),
             gdrcopy_kernel_module=dict(type="bool", default=False),
             nvshmem_method=dict(type="str", default="wheel", choices=["wheel", "source"]),

@@ -37,6 +37,17 @@ options:
       - Extra environment for the probe (e.g. C(LD_PRELOAD)).
     type: dict
     default: {}
+  cache_dir:
+    description:
+      - >-
+        Where to keep the probe's answers: while the interpreter, the top-level entries of its C(sys.path)
+        directories (C(PYTHONPATH) included) with their modification times, the files and directories named in
+        C(LD_PRELOAD) / C(LD_LIBRARY_PATH) and the environment are what an earlier probe saw, its answer is
+        returned without starting torch (C(cached) is true). A pip install or upgrade, a rebuilt extension or
+        another environment makes it probe again.
+      - Empty (the default) probes every time. Nothing is written in check mode.
+    type: path
+    default: ""
 extends_documentation_fragment:
   - moe_infra.deepep.info_module
 """
@@ -79,17 +90,22 @@ deep_ep:
     C(nvshmem_host_loaded) (the libnvshmem_host files the process mapped; null when the import failed).
   returned: always
   type: dict
+cached:
+  description: Whether the answers came from O(cache_dir) (no interpreter imported torch).
+  returned: always
+  type: bool
 """
 
 import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached
 
 
-def run_probe(module, script, env):
-    rc, out, err = module.run_command([module.params["python"], "-c", script], environ_update=env, cwd="/")
+def run_probe(module, script, env, cached):
+    rc, out, err, hit = run_probe_cached(module, module.params["python"], script, env, module.params["cache_dir"])
+    cached.append(hit)
     if rc != 0:
         module.fail_json(msg="%s could not run the probe: %s" % (module.params["python"], (err or out).strip()[-2000:]),
                          rc=rc)
@@ -105,6 +121,7 @@ def main():
             python=dict(type="path", required=True),
             pythonpath=dict(type="list", elements="path", default=[]),
             environment=dict(type="dict", default={}),
+            cache_dir=dict(type="path", default=""),
         ),
         supports_check_mode=True,
     )
@@ -114,12 +131,13 @@ def main():
                              % python)
     env = {key: str(value) for key, value in module.params["environment"].items()}
     env["LC_ALL"] = "C"
-    result = run_probe(module, PROBE, env)
+    cached = []
+    result = run_probe(module, PROBE, env, cached)
     env["PYTHONPATH"] = os.pathsep.join(module.params["pythonpath"])
-    deep_ep = run_probe(module, IMPORT_PROBE, env)
+    deep_ep = run_probe(module, IMPORT_PROBE, env, cached)
     deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
     result["deep_ep"] = deep_ep
-    module.exit_json(changed=False, **result)
+    module.exit_json(changed=False, cached=all(cached), **result)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def test_refused_before_any_host_is_touched(tmp_path, variables, var):
     given = fill(variables, pwned, prefix)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
     node = {"preflight_sysfs_root": str(sysfs), "preflight_procfs_root": str(proc),
-            "preflight_modprobe_dir": str(tmp_path / "modprobe.d"), "deepep_prefix": str(prefix)}
+            "preflight_modprobe_dir": str(tmp_path / "modprobe.d"), "deepep_prefix": str(prefix),
+            "deepep_cluster_report_dir": str(tmp_path / "report"), "deepep_probe_cache_dir": str(tmp_path / "probes")}
     cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), os.path.join(REPO, "playbooks", "site.yml"),
            "-e", json.dumps(node), "-e", json.dumps(given)]
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)

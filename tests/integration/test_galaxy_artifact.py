@@ -14,7 +14,9 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GALAXY = os.path.join(os.path.dirname(sys.executable), "ansible-galaxy")
 TOP_LEVEL = {"CHANGELOG.md", "FILES.json", "LICENSE", "MANIFEST.json", "README.md", "docs", "inventories", "meta",
-             "playbooks", "plugins", "requirements", "roles"}
+             "playbooks", "plugins", "requirements", "roles",
+             # What ansible-builder reads for an execution environment (meta/execution-environment.yml names them).
+             "bindep.txt", "requirements.txt", "requirements.yml"}
 NEVER = ("tests/", "molecule/", "scripts/", ".ci/", "docs/results/", "inventories/gpu-test/", ".venv/", ".build/")
 
 
@@ -32,7 +34,7 @@ def test_the_built_collection_holds_what_users_need_only(tmp_path):
     # Every role, module, playbook and example inventory is there.
     for path in ("roles/deepep/tasks/main.yml", "plugins/modules/source_build.py", "playbooks/site.yml",
                  "inventories/b200-cluster/hosts.yml", "inventories/gcp-mig/gcp_compute.yml",
-                 "requirements/gcp-collections.yml", "meta/runtime.yml"):
+                 "requirements/gcp-collections.yml", "meta/runtime.yml", "meta/execution-environment.yml"):
         assert path in names, path
     for role in os.listdir(os.path.join(REPO, "roles")):
         assert "roles/%s/meta/argument_specs.yml" % role in names, role

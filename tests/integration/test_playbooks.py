@@ -29,8 +29,8 @@ def playbook(name, tmp_path, *extra, machine=None, registry=""):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"),
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), os.path.join(REPO, "playbooks", name),
-           "-e", "preflight_sysfs_root=%s preflight_procfs_root=%s preflight_modprobe_dir=%s"
-           % (sysfs, proc, modprobe)] + list(extra)
+           "-e", "preflight_sysfs_root=%s preflight_procfs_root=%s preflight_modprobe_dir=%s deepep_cluster_report_dir=%s"
+           " deepep_probe_cache_dir=%s" % (sysfs, proc, modprobe, tmp_path / "report", tmp_path / "probes")] + list(extra)
     proc_result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc_result.returncode, proc_result.stdout + proc_result.stderr
 

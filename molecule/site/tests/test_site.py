@@ -4,13 +4,15 @@ three from the controller cache, converge and the no-op rerun are on record with
 --tags deepep after a torch change (1 node, then 4: timed), and a node killed mid-run drops out alone.
 
 The timings go to $MOLECULE_EPHEMERAL_DIRECTORY/site-timings.json and, when set, $SITE_TIMINGS_OUT
-(docs/results/site-molecule/ holds a copy)."""
+(docs/results/site-molecule/ holds a copy). Every run writes into one cluster report; its JSON goes to
+$CLUSTER_REPORT_OUT when set (tests/fixtures/cluster_report/ holds a copy: the browser test renders it)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -206,3 +208,19 @@ def test_a_node_killed_mid_run_drops_out_and_the_others_finish():
         assert summary(node, "site-kill")["deepep"]["build"] != "not run"
     assert "1 host(s) dropped out: node4" in out
     assert not os.path.exists(os.path.join(EPHEMERAL, "site-kill", "node4-site.json"))
+    # The cluster report holds every run of the scenario: node4 dropped out of the last one and keeps what it had.
+    with open(os.path.join(EPHEMERAL, "cluster-report", "report.json")) as handle:
+        report = json.load(handle)
+    assert sorted(report["hosts"]) == list(NODES)
+    assert report["runs"][-1]["dropped"] == ["node4"] and report["hosts"]["node4"]["dropped"]["playbook"] == "site.yml"
+    assert report["hosts"]["node4"]["site"]["deepep"]["fingerprint"]  # its record from the runs before
+    assert [report["hosts"][n]["dropped"] for n in NODES[:3]] == [None, None, None]
+    for node in NODES:
+        assert len(report["hosts"][node]["internode"]["traffic"]["ports"]) == 8
+        assert report["hosts"][node]["best"]["intranode/dispatch_fp8"] == 246.63
+    sources = [run["source"] for run in report["runs"]]
+    assert sources.count("site") >= 5 and "internode" in sources, sources
+    page = open(os.path.join(EPHEMERAL, "cluster-report", "report.html")).read()
+    assert "dropped out of site.yml" in page and "<script" not in page
+    if os.environ.get("CLUSTER_REPORT_OUT"):
+        shutil.copy(os.path.join(EPHEMERAL, "cluster-report", "report.json"), os.environ["CLUSTER_REPORT_OUT"])

@@ -310,14 +310,14 @@ def test_table_and_summary():
     assert doctor.summary(findings) == {"ok": 1, "problem": 1, "not_applicable": 0, "unknown": 0}
 
 
-def test_readme_table_is_the_checks():
-    readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "README.md")
+def test_the_docs_table_is_the_checks():
+    readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
         rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|MEMLOCK|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 
-def test_readme_counts():
+def test_the_docs_counts():
     known = [c for c in doctor.CHECKS if c.id.startswith("KF")]
     state = [c for c in known if c.detect == doctor.STATE]
     assert (len(known), len(state), sum(1 for c in state if c.log_patterns)) == (36, 33, 23)

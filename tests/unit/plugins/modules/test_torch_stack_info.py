@@ -34,3 +34,43 @@ def test_deep_ep_built_against_another_torch_is_flagged(run_module, tmp_path):
 def test_interpreter_must_exist(run_module, tmp_path):
     result, failed = run_module(module, {"python": str(tmp_path / "nope")})
     assert failed and "is not an executable interpreter" in result["msg"]
+
+
+def counting(python, tmp_path):
+    """The interpreter behind a wrapper that counts the probes it runs (not the sys.path reads)."""
+    count = tmp_path / "probes"
+    wrapper = tmp_path / "counting-python"
+    wrapper.write_text('#!/bin/sh\ncase "$2" in *"sys.path if p"*) ;; *) echo x >> "%s" ;; esac\nexec "%s" "$@"\n'
+                       % (count, python))
+    wrapper.chmod(0o755)
+    return str(wrapper), lambda: len(count.read_text().splitlines()) if count.exists() else 0
+
+
+def test_answers_from_the_cache_until_the_interpreter_changes(run_module, tmp_path):
+    site = tmp_path / "venv"
+    python, probes = counting(make_python_site(site), tmp_path)
+    args = {"python": python, "cache_dir": str(tmp_path / "cache")}
+    result, failed = run_module(module, args, check_mode=True)
+    assert not failed and result["cached"] is False and probes() == 2
+    assert not (tmp_path / "cache").exists()  # check mode writes nothing
+
+    first, dummy = run_module(module, args)
+    assert first["cached"] is False and probes() == 4
+    again, dummy = run_module(module, args)
+    assert again["cached"] is True and probes() == 4  # no interpreter imported torch
+    assert dict(again, cached=False) == first
+
+    # A torch upgrade (pip swaps the dist-info): probed again, the new version seen.
+    make_python_site(site, torch="2.12.0+cu130")
+    upgraded, dummy = run_module(module, args)
+    assert upgraded["cached"] is False and upgraded["torch"]["version"] == "2.12.0+cu130" and probes() == 6
+    # Another environment or PYTHONPATH is another answer.
+    other, dummy = run_module(module, dict(args, environment={"LD_PRELOAD": str(tmp_path / "libx.so")}))
+    assert other["cached"] is False and probes() == 8
+    tree = tmp_path / "deepep-src"
+    tree.mkdir()
+    built, dummy = run_module(module, dict(args, pythonpath=[str(tree)]))
+    assert probes() == 9  # the first probe's state is the upgraded one's: only the import is probed
+    (tree / "deep_ep_cpp.so").write_text("")
+    rebuilt, dummy = run_module(module, dict(args, pythonpath=[str(tree)]))
+    assert rebuilt["cached"] is False and probes() == 10

@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""What a run's summary and report are made of (module_utils/cluster_report.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import LAYERS, layer_cells
+
+OUTCOME_KEYS = ("action", "changed", "fingerprint", "reason", "build_seconds")
+
+
+def deepep_build_outcome(result):
+    """A build_fanout/source_build result -> {action, changed, fingerprint, reason, build_seconds} (None: not
+    run)."""
+    if result is None or result == "":
+        return None
+    if not isinstance(result, dict):
+        raise AnsibleFilterError("deepep_build_outcome: expected a build result (dict), got %r" % (result,))
+    if result.get("skipped"):
+        return None
+    return dict((key, result.get(key)) for key in OUTCOME_KEYS)
+
+
+def deepep_test_runs(registered):
+    """The registered loop of deepep_bench (deepep_tests) -> [{test, passed, reused, seconds, thresholds,
+    below_thresholds, result}] for the tests that ran or were reused."""
+    if registered is None or registered == "":
+        return []
+    if not isinstance(registered, dict):
+        raise AnsibleFilterError("deepep_test_runs: expected the registered result of the deepep_bench loop")
+    runs = []
+    for item in registered.get("results") or []:
+        if not isinstance(item, dict) or "result" not in item:
+            continue
+        loop = item.get("item") or {}
+        runs.append({"test": loop.get("test"), "thresholds": loop.get("thresholds") or {},
+                     "passed": bool(item.get("passed")), "reused": bool(item.get("reused")),
+                     "seconds": item.get("seconds"), "below_thresholds": item.get("below_thresholds") or [],
+                     "result": item.get("result") or {}})
+    return runs
+
+
+def deepep_summary_lines(summary):
+    """A host's site summary (deepep_site_summary) -> lines for the end of the run: one per layer, then the
+    doctor's problems with their fixes."""
+    if not isinstance(summary, dict):
+        raise AnsibleFilterError("deepep_summary_lines: expected deepep_site_summary (dict)")
+    cells = layer_cells(summary)
+    lines = []
+    for layer, title in LAYERS:
+        cell = cells[layer]
+        extra = [part for part in (cell.get("fingerprint"), cell.get("detail")) if part]
+        if len(extra) == 2 and extra[0] in extra[1]:
+            extra = extra[1:]  # the reason names the fingerprint already
+        lines.append("%-12s %-8s %s%s" % (title, cell["state"], cell["text"],
+                                          "  (%s)" % "; ".join(extra) if extra else ""))
+    if summary.get("reboot_pending"):
+        lines.append("reboot pending: %s" % ", ".join(summary.get("reboot_reasons") or []))
+    for problem in summary.get("problems") or []:
+        lines.append("problem %s %s: %s -> fix: %s" % (problem.get("id"), problem.get("title"),
+                                                      problem.get("evidence"), problem.get("fix")))
+    return lines
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"deepep_build_outcome": deepep_build_outcome, "deepep_test_runs": deepep_test_runs,
+                "deepep_summary_lines": deepep_summary_lines}

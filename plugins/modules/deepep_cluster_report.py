@@ -1,0 +1,178 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deepep_cluster_report
+short_description: Write the cluster report (one HTML page and its JSON) from what a run found per host
+version_added: "0.3.0"
+description:
+  - >-
+    Merges one run's per-host records into O(dest)C(/report.json) and renders O(dest)C(/report.html) from it: a
+    self-contained page (inline CSS, no script, nothing fetched) with a node x layer matrix (state, version,
+    fingerprint; changed, failed, reboot pending), DeepEP's bandwidths per node as bars against their thresholds
+    and the best seen on that node, internode traffic per NIC, the doctor's problems with their fixes, and the
+    hosts that dropped out.
+  - Earlier runs stay in the report; a host's record of one kind (site, doctor, internode) is replaced by the
+    newest. Hosts in O(targeted) but not in O(hosts) are marked as dropped out of this run.
+  - Meant to run once per play on the controller (C(run_once), C(delegate_to) C(localhost)); the playbooks of this
+    collection do so at their end.
+options:
+  dest:
+    description: Directory of the report (created). A relative path is taken from the controller's working
+      directory.
+    type: path
+    required: true
+  source:
+    description: What the records are.
+    type: str
+    required: true
+    choices: [site, doctor, internode]
+  hosts:
+    description: "The run's records: {host: record}. C(site): the C(deepep_site_summary) of C(site.yml);
+      C(doctor): the doctor's report (C(summary), C(findings)); C(internode): C(deepep_internode_result)."
+    type: dict
+    required: true
+  targeted:
+    description: Every host the run was meant for (those not in O(hosts) dropped out).
+    type: list
+    elements: str
+    default: []
+  playbook:
+    description: The playbook's name, shown in the report.
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: In check mode nothing is written; the result says where the report would go.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+author:
+  - moe_infra maintainers
+"""
+
+EXAMPLES = r"""
+- name: Write the cluster report on the controller
+  moe_infra.deepep.deepep_cluster_report:
+    dest: "{{ deepep_cluster_report_dir }}"
+    source: site
+    hosts: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'deepep_site_summary'))) }}"
+    targeted: "{{ ansible_play_hosts_all }}"
+    playbook: site.yml
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+html:
+  description: Path of the page.
+  returned: always
+  type: str
+json:
+  description: Path of the JSON the page is made from.
+  returned: always
+  type: str
+dropped:
+  description: Hosts of O(targeted) without a record in this run.
+  returned: always
+  type: list
+  elements: str
+summary:
+  description: One line per host (layer states), for the end-of-run message.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import datetime
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import (
+    LAYERS,
+    SOURCES,
+    layer_cells,
+    merge,
+    render_html,
+    site_view,
+)
+
+
+def _write(path, text):
+    handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".report.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def summary_lines(report, names):
+    lines = []
+    for name in sorted(names):
+        entry = report["hosts"].get(name) or {}
+        if entry.get("dropped"):
+            lines.append("%s: dropped out" % name)
+            continue
+        if not entry.get("site"):
+            continue
+        cells = layer_cells(site_view(entry))
+        lines.append("%s: %s" % (name, ", ".join("%s %s" % (title, cells[layer]["text"] if cells[layer]["state"] in
+                                                            ("ok", "skipped") else "%s (%s)" % (cells[layer]["text"],
+                                                            cells[layer]["state"]))
+                                                 for layer, title in LAYERS)))
+    return lines
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            source=dict(type="str", required=True, choices=list(SOURCES)),
+            hosts=dict(type="dict", required=True),
+            targeted=dict(type="list", elements="str", default=[]),
+            playbook=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    dest = os.path.abspath(module.params["dest"])
+    paths = {"json": os.path.join(dest, "report.json"), "html": os.path.join(dest, "report.html")}
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        module.fail_json(msg="dest %s exists and is not a directory: set deepep_cluster_report_dir to a directory"
+                         % dest)
+    hosts = dict((name, record) for name, record in module.params["hosts"].items() if isinstance(record, dict))
+    previous = None
+    if os.path.isfile(paths["json"]):
+        try:
+            with open(paths["json"]) as handle:
+                previous = json.load(handle)
+        except ValueError:
+            previous = None  # a report cut off half-written: start again
+    at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    report = merge(previous, module.params["source"], module.params["playbook"], at, hosts,
+                   module.params["targeted"], check_mode=module.check_mode)
+    result = dict(changed=True, html=paths["html"], json=paths["json"],
+                  dropped=report["runs"][-1]["dropped"],
+                  summary=summary_lines(report, set(hosts) | set(report["runs"][-1]["dropped"])))
+    if module.check_mode:
+        module.exit_json(**result)
+    try:
+        os.makedirs(dest, exist_ok=True)
+        _write(paths["json"], json.dumps(report, indent=2, sort_keys=True) + "\n")
+        _write(paths["html"], render_html(report))
+    except OSError as exc:
+        module.fail_json(msg="cannot write the report in %s: %s" % (dest, exc), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

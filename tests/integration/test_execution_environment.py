@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+"""execution-environment.yml renders a build context with ansible-builder v3 (`create`, offline), and the
+collection, installed as the EE's galaxy stage installs it, hands ansible-builder its own Python and system
+requirements (meta/execution-environment.yml) when introspected the way the EE's builder stage does. Building
+the image itself needs a registry and is not run here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+
+
+def run(*argv, **kwargs):
+    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=300, check=False, **kwargs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_ansible_builder_renders_the_context_and_finds_the_collections_requirements(tmp_path):
+    # What `make ee-context` does, in a copy of the EE definition (it names the built collection by a relative path).
+    project = tmp_path / "project"
+    (project / ".build" / "ee-collection").mkdir(parents=True)
+    for name in ("execution-environment.yml", "bindep.txt"):
+        shutil.copy(os.path.join(REPO, name), str(project / name))
+    run(os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), REPO)
+    built = [p for p in tmp_path.iterdir() if p.name.endswith(".tar.gz")]
+    assert len(built) == 1, built
+    shutil.copy(str(built[0]), str(project / ".build" / "ee-collection" / "moe_infra-deepep.tar.gz"))
+    context = tmp_path / "context"
+    run(os.path.join(BIN, "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(context),
+        cwd=str(project))
+
+    containerfile = (context / "Containerfile").read_text()
+    assert 'ANSIBLE_INSTALL_REFS="ansible-core==2.19.14 ansible-runner"' in containerfile
+    assert "COPY _build/collection/moe_infra-deepep.tar.gz /build/moe_infra-deepep.tar.gz" in containerfile
+    with open(str(context / "_build" / "requirements.yml")) as handle:
+        galaxy = yaml.safe_load(handle)
+    assert {"name": "/build/moe_infra-deepep.tar.gz", "type": "file"} in galaxy["collections"]
+    assert (context / "_build" / "collection" / "moe_infra-deepep.tar.gz").is_file()
+
+    # The galaxy stage: install the collection; the builder stage: introspect what it declares.
+    collections = tmp_path / "collections"
+    run(os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline", "-p", str(collections),
+        str(context / "_build" / "collection" / "moe_infra-deepep.tar.gz"))
+    pip, bindep = tmp_path / "pip.txt", tmp_path / "bindep.txt"
+    run(sys.executable, str(context / "_build" / "scripts" / "introspect.py"), "introspect", str(collections),
+        "--user-pip", str(context / "_build" / "requirements.txt"), "--write-pip", str(pip), "--write-bindep",
+        str(bindep))
+    wanted_pip = pip.read_text()
+    # (ansible-builder leaves out what ansible-core brings itself, such as pyyaml.)
+    for line in ("jinja2>=3.1  # from collection moe_infra.deepep", "google-auth>=2.0  # from collection user"):
+        assert line in wanted_pip, wanted_pip
+    wanted_system = bindep.read_text()
+    assert "openssh-client [platform:dpkg]  # from collection moe_infra.deepep" in wanted_system, wanted_system
+    assert "git [platform:dpkg]  # from collection moe_infra.deepep" in wanted_system, wanted_system

@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+"""The report filters on results shaped like the registered deepep_bench loop and build_fanout's result."""
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.filter.report import (
+    deepep_build_outcome,
+    deepep_summary_lines,
+    deepep_test_runs,
+)
+from ansible_collections.moe_infra.deepep.tests.unit.plugins.module_utils.test_cluster_report import site_summary
+
+
+def test_build_outcome_keeps_the_summary_fields():
+    result = {"changed": True, "action": "build", "fingerprint": "ab" * 8, "reason": "first build",
+              "build_seconds": 3.2, "install_dir": "/opt/x", "inputs": {"gcc": "12"}}
+    assert deepep_build_outcome(result) == {"action": "build", "changed": True, "fingerprint": "ab" * 8,
+                                            "reason": "first build", "build_seconds": 3.2}
+    assert deepep_build_outcome(None) is None and deepep_build_outcome({"skipped": True}) is None
+    with pytest.raises(AnsibleFilterError, match="expected a build result"):
+        deepep_build_outcome("build")
+
+
+def test_test_runs_name_each_test_and_skip_what_did_not_run():
+    registered = {"results": [
+        {"item": {"test": "intranode", "thresholds": {"dispatch_fp8": 240}}, "passed": True, "reused": True,
+         "seconds": 0.0, "below_thresholds": [], "result": {"checks": 24}},
+        {"item": {"test": "low_latency", "thresholds": {}}, "skipped": True}]}
+    assert deepep_test_runs(registered) == [{"test": "intranode", "thresholds": {"dispatch_fp8": 240}, "passed": True,
+                                             "reused": True, "seconds": 0.0, "below_thresholds": [],
+                                             "result": {"checks": 24}}]
+    assert deepep_test_runs(None) == []
+
+
+def test_summary_lines_one_per_layer_then_the_problems():
+    lines = deepep_summary_lines(site_summary())
+    assert lines[0] == "DOCA-OFED    ok       installed"
+    assert lines[4] == "NVSHMEM      changed  3.5.19  (a8b94fe4ab82253b; first build)"
+    assert lines[8].startswith("problem KF12 cannot find -lcuda: no libcuda.so") and "-> fix: link libcuda.so.1" in lines[8]
+    assert len(lines) == 10

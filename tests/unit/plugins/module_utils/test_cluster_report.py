@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+"""The cluster report's merge and page (module_utils/cluster_report.py) on site summaries shaped like the
+lifecycle rehearsal's record (docs/results/lifecycle-rehearsal/a4-b200-mig-7xk2-site.json)."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from html.parser import HTMLParser
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils import cluster_report as report
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+RECORD = os.path.join(REPO, "docs", "results", "lifecycle-rehearsal", "a4-b200-mig-7xk2-site.json")
+
+
+def site_summary(dispatch_fp8=246.63, threshold=240, passed=True, build="up to date (fingerprint b150d5a96c6f39ea)"):
+    with open(RECORD) as handle:
+        summary = json.load(handle)
+    intranode, low_latency = summary["deepep"]["tests"]
+    intranode = copy.deepcopy(intranode)
+    intranode["best"]["dispatch_fp8"]["gbps"] = dispatch_fp8
+    summary["deepep"]["build"] = build
+    summary["deepep"]["verification"] = [
+        {"test": "intranode", "passed": passed, "reused": False, "thresholds": {"dispatch_fp8": threshold},
+         "below_thresholds": [] if passed else ["dispatch_fp8 %s < %s GB/s" % (dispatch_fp8, threshold)],
+         "result": intranode, "seconds": 30.1},
+        {"test": "low_latency", "passed": True, "reused": True, "thresholds": {}, "below_thresholds": [],
+         "result": low_latency, "seconds": 0.0}]
+    summary["layers"] = {"doca_ofed": {"installed": True}, "cuda": {"home": "/usr/local/cuda"},
+                         "nvidia_peermapping": {"required": True},
+                         "gdrcopy": {"action": "none", "changed": False, "fingerprint": "dcf8dadb22c8c19a",
+                                     "reason": "up to date", "build_seconds": None},
+                         "nvshmem_ibgda": {"method": "source", "build": {
+                             "action": "build", "changed": True, "fingerprint": "a8b94fe4ab82253b",
+                             "reason": "first build", "build_seconds": 146.0}}}
+    return summary
+
+
+class Text(HTMLParser):
+    """Elements with a data-* attribute -> their attributes and text."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.found = [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.stack.append({"tag": tag, "attrs": attrs, "text": ""})
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            element = self.stack.pop()
+            if self.stack:
+                self.stack[-1]["text"] += element["text"]
+            self.found.append(element)
+            if element["tag"] == tag:
+                break
+
+    def handle_data(self, data):
+        if self.stack:
+            self.stack[-1]["text"] += data
+
+
+def parse(page):
+    parser = Text()
+    parser.feed(page)
+    return parser.found
+
+
+def test_layer_cells_read_the_record():
+    cells = report.layer_cells(site_summary())
+    assert cells["cuda"] == {"state": "ok", "text": "12.9", "detail": "/usr/local/cuda", "fingerprint": None}
+    assert cells["nvidia_peermapping"]["state"] == "ok"
+    assert cells["gdrcopy"]["state"] == "ok" and cells["gdrcopy"]["fingerprint"] == "dcf8dadb22c8c19a"
+    assert cells["nvshmem_ibgda"]["state"] == "changed" and cells["nvshmem_ibgda"]["text"] == "3.5.19"
+    assert cells["deepep"]["state"] == "ok" and cells["deepep"]["fingerprint"] == "b150d5a96c6f39ea"
+    assert cells["tests"] == {"state": "ok", "text": "passed", "detail": "", "fingerprint": None}
+    assert cells["doctor"]["state"] == "failed" and cells["doctor"]["text"] == "2 problems"
+
+
+def test_reboot_pending_and_failed_tests_show_as_such():
+    summary = site_summary(dispatch_fp8=200.0, passed=False, build="built in 70 s")
+    summary["reboot_reasons"] = ["doca_ofed"]
+    cells = report.layer_cells(summary)
+    assert cells["doca_ofed"]["state"] == "reboot"
+    assert cells["deepep"]["state"] == "changed"
+    assert cells["tests"]["state"] == "failed" and cells["tests"]["detail"] == "dispatch_fp8 200.0 < 240 GB/s"
+
+
+def test_merge_keeps_the_best_and_marks_who_dropped_out():
+    first = report.merge(None, "site", "site.yml", "t1", {"a": site_summary(250.0), "b": site_summary()}, ["a", "b"])
+    assert first["hosts"]["a"]["best"]["intranode/dispatch_fp8"] == 250.0
+    second = report.merge(json.loads(json.dumps(first)), "site", "site.yml", "t2", {"a": site_summary(241.0)},
+                          ["a", "b"])
+    assert second["hosts"]["a"]["best"]["intranode/dispatch_fp8"] == 250.0  # the best seen, not the last
+    assert second["hosts"]["a"]["site"]["deepep"]["verification"][0]["result"]["best"]["dispatch_fp8"]["gbps"] == 241.0
+    assert second["hosts"]["b"]["dropped"] == {"at": "t2", "playbook": "site.yml"}
+    assert second["hosts"]["b"]["site"]  # what it had before stays visible
+    assert [run["dropped"] for run in second["runs"]] == [[], ["b"]]
+    third = report.merge(second, "doctor", "doctor.yml", "t3", {"b": {"summary": {"problem": 0}, "findings": []}},
+                         ["b"])
+    assert third["hosts"]["b"]["dropped"] is None and third["hosts"]["b"]["doctor_at"] == "t3"
+
+
+def test_merge_refuses_an_unknown_source():
+    with pytest.raises(ValueError, match="source must be one of site, doctor, internode"):
+        report.merge(None, "deploy", "x.yml", "t", {}, [])
+
+
+def test_page_shows_matrix_bars_traffic_problems_and_dropped():
+    merged = report.merge(None, "site", "site.yml", "t1",
+                          {"node-a": site_summary(250.0), "node-b": site_summary(), "node-c": site_summary()},
+                          ["node-a", "node-b", "node-c"])
+    merged = report.merge(merged, "site", "site.yml", "t2", {"node-a": site_summary(238.0, passed=False),
+                                                            "node-b": site_summary()}, ["node-a", "node-b", "node-c"])
+    traffic = {"ports": [{"nic": "mlx5_0:1", "xmit_bytes": 3 << 30, "rcv_bytes": 3 << 30},
+                         {"nic": "mlx5_1:1", "xmit_bytes": 0, "rcv_bytes": 0}],
+               "idle": ["mlx5_1:1"], "unknown": [], "problems": ["mlx5_1:1 carried 0 bytes"]}
+    merged = report.merge(merged, "internode", "internode.yml", "t3",
+                          {"node-a": {"rank": 0, "world_size": 2, "passed": False, "traffic": traffic}},
+                          ["node-a"])
+    page = report.render_html(merged)
+    assert "<script" not in page and "http" not in page.replace("http-equiv", "")  # nothing to fetch or run
+    found = parse(page)
+    cells = dict(((e["attrs"].get("data-layer"), e["text"].strip()), e["attrs"]["data-state"]) for e in found
+                 if e["attrs"].get("data-layer") and "data-state" in e["attrs"])
+    assert cells[("tests", "failed: intranode")] == "failed"
+    rows = [e for e in found if e["tag"] == "tr" and e["attrs"].get("data-host") == "node-c"]
+    assert "dropped out" in rows[0]["text"]
+    bars = dict((e["attrs"]["data-metric"], e) for e in found if e["attrs"].get("data-host") == "node-a"
+                and "bar" in e["attrs"].get("class", "") and e["attrs"].get("data-metric"))
+    assert bars["intranode/dispatch_fp8"]["attrs"]["class"] == "bar fail"
+    assert bars["intranode/dispatch_fp8"]["attrs"]["data-gbps"] == "238.00"
+    assert bars["low_latency/dispatch (slowest rank)"]["attrs"]["class"] == "bar nothreshold"
+    assert "threshold 240.00 GB/s, best 250.00 GB/s" in page
+    nic_rows = dict((e["attrs"]["data-nic"], e["attrs"]["class"]) for e in found if e["attrs"].get("data-nic"))
+    assert nic_rows == {"mlx5_0:1": "state-ok", "mlx5_1:1": "state-failed"}
+    problems = [e["attrs"]["data-id"] for e in found if e["attrs"].get("data-id")]
+    assert sorted(problems) == ["KF12", "KF12", "KF12", "MEMLOCK", "MEMLOCK", "MEMLOCK"]
+    assert [e["text"] for e in found if e["attrs"].get("id") == "dropped"] == ["node-c"]
+
+
+def test_page_escapes_what_it_shows():
+    summary = site_summary()
+    summary["problems"][0]["evidence"] = "<img src=x onerror=alert(1)>"
+    page = report.render_html(report.merge(None, "site", "site.yml", "t", {"<b>n</b>": summary}, []))
+    assert "<img" not in page and "<b>n</b>" not in page and "&lt;img src=x" in page
+
+
+def test_a_run_that_skipped_the_tests_keeps_the_last_results_shown():
+    skipped = site_summary(build="up to date (fingerprint b150d5a96c6f39ea)")
+    skipped["deepep"]["verification"] = []
+    merged = report.merge(None, "site", "site.yml", "t1", {"a": site_summary(250.0)}, ["a"])
+    merged = report.merge(merged, "site", "site.yml", "t2", {"a": skipped}, ["a"])
+    cells = report.layer_cells(report.site_view(merged["hosts"]["a"]))
+    assert cells["tests"]["text"] == "passed (earlier run)" and "results of the run at t1" in cells["tests"]["detail"]
+    bars = [e["attrs"] for e in parse(report.render_html(merged)) if e["attrs"].get("data-metric")]
+    assert [b["data-gbps"] for b in bars if b["data-metric"] == "intranode/dispatch_fp8"] == ["250.00"]
