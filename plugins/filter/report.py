@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import LAYERS, layer_cells
@@ -65,7 +67,15 @@ def deepep_summary_lines(summary):
     return lines
 
 
+def deepep_controller_path(path):
+    """A controller path, relative ones taken from the directory ansible-playbook was started in (a module run
+    on localhost, or a lookup, works in the playbook's directory instead)."""
+    if not isinstance(path, str) or not path:
+        raise AnsibleFilterError("deepep_controller_path: expected a path, got %r" % (path,))
+    return os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(path)))
+
+
 class FilterModule(object):
     def filters(self):
         return {"deepep_build_outcome": deepep_build_outcome, "deepep_test_runs": deepep_test_runs,
-                "deepep_summary_lines": deepep_summary_lines}
+                "deepep_summary_lines": deepep_summary_lines, "deepep_controller_path": deepep_controller_path}

@@ -307,9 +307,20 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     build = "moe_infra.deepep.gdrcopy : Summarize the GDRCopy build"
     assert outcomes(build) == ["ok"]  # deepep.yml's GDRCopy play saw gdrcopy_root and left the role out
 
-    rc, changed, out = run(node, *site, "--skip-tags", "deepep_verify", playbook="site.yml")
+    # The cluster report: the run's page and JSON on the controller, one row for this host, every layer in it.
+    report = json.loads((node["tmp"] / "report" / "report.json").read_text())
+    cells = report["hosts"]["localhost"]["site"]["layers"]
+    assert cells["gdrcopy"]["fingerprint"] and cells["nvshmem_ibgda"]["method"] == "wheel"
+    assert [v["test"] for v in report["hosts"]["localhost"]["verification"]] == ["intranode", "low_latency"]
+    assert "cluster report: %s" % (node["tmp"] / "report" / "report.html") in out
+
+    # Rerun; a relative report directory is taken from where ansible-playbook runs (here the repository root).
+    relative = os.path.relpath(str(node["tmp"] / "report-relative"), REPO)
+    rc, changed, out = run(node, *site, "--skip-tags", "deepep_verify", "-e", "deepep_cluster_report_dir=" + relative,
+                           playbook="site.yml")
     assert rc == 0 and changed == 0, out
     assert "up to date (fingerprint" in out
+    assert (node["tmp"] / "report-relative" / "report.html").is_file()
 
     # After a torch upgrade, --tags deepep rebuilds DeepEP and touches nothing else.
     make_python_site(node["tmp"] / "venv", torch="2.12.0+cu130")

@@ -6,6 +6,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.filter.report import (
+    deepep_controller_path,
     deepep_build_outcome,
     deepep_summary_lines,
     deepep_test_runs,
@@ -40,3 +41,11 @@ def test_summary_lines_one_per_layer_then_the_problems():
     assert lines[4] == "NVSHMEM      changed  3.5.19  (a8b94fe4ab82253b; first build)"
     assert lines[8].startswith("problem KF12 cannot find -lcuda: no libcuda.so") and "-> fix: link libcuda.so.1" in lines[8]
     assert len(lines) == 10
+
+
+def test_controller_path_is_taken_from_where_the_run_started(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert deepep_controller_path("deepep-report") == str(tmp_path / "deepep-report")
+    assert deepep_controller_path("/srv/reports/../r") == "/srv/r"
+    with pytest.raises(AnsibleFilterError, match="expected a path"):
+        deepep_controller_path("")
