@@ -62,8 +62,8 @@ def deepep_summary_lines(summary):
     if summary.get("reboot_pending"):
         lines.append("reboot pending: %s" % ", ".join(summary.get("reboot_reasons") or []))
     for problem in summary.get("problems") or []:
-        lines.append("problem %s %s: %s -> fix: %s" % (problem.get("id"), problem.get("title"),
-                                                      problem.get("evidence"), problem.get("fix")))
+        lines.append("problem %s %s: %s -> fix: %s" % (
+            problem.get("id"), problem.get("title"), problem.get("evidence"), problem.get("fix")))
     return lines
 
 

@@ -54,8 +54,9 @@ def _build_cell(build, text):
         return {"state": "unknown", "text": text or "not run", "fingerprint": None, "detail": ""}
     action = build.get("action") or "none"
     state = "changed" if build.get("changed") or action not in ("none", "") else "ok"
+    reason = build.get("reason") or ""
     return {"state": state, "text": text or ACTIONS.get(action, action), "fingerprint": _fp(build.get("fingerprint")),
-            "detail": build.get("reason") or ""}
+            "detail": "" if reason.startswith("up to date") and not text else reason}
 
 
 def layer_cells(site):
@@ -105,7 +106,8 @@ def layer_cells(site):
     if deepep.get("fingerprint"):
         deepep_state = "ok" if build.startswith("up to date") else "changed"
     cells["deepep"] = {"state": deepep_state, "text": deepep.get("version") or "not run",
-                       "fingerprint": _fp(deepep.get("fingerprint")), "detail": build}
+                       "fingerprint": _fp(deepep.get("fingerprint")),
+                       "detail": "up to date" if build.startswith("up to date") else build}
 
     runs = deepep.get("verification") or []
     if not runs:
@@ -133,8 +135,8 @@ def _doctor_cell(summary):
     problems = int(summary.get("problem") or 0)
     return {"state": "failed" if problems else "ok",
             "text": "%d problem%s" % (problems, "" if problems == 1 else "s") if problems else "clean",
-            "detail": "%s ok, %s not applicable, %s unknown" % (summary.get("ok", 0), summary.get("not_applicable", 0),
-                                                                 summary.get("unknown", 0)),
+            "detail": "%s ok, %s not applicable, %s unknown" % (
+                summary.get("ok", 0), summary.get("not_applicable", 0), summary.get("unknown", 0)),
             "fingerprint": None}
 
 
@@ -233,7 +235,7 @@ def _gb(value):
 
 def _matrix(hosts):
     rows = ["<table id=\"matrix\"><thead><tr><th>node</th>%s<th>last run</th></tr></thead><tbody>"
-            % "".join("<th>%s</th>" % _e(title) for _, title in LAYERS)]
+            % "".join("<th>%s</th>" % _e(title) for dummy, title in LAYERS)]
     for name in sorted(hosts):
         entry = hosts[name]
         site = site_view(entry)
@@ -243,7 +245,7 @@ def _matrix(hosts):
             cells["doctor"] = _doctor_cell((entry["doctor"] or {}).get("summary") or {})
         parts = ["<tr data-host=\"%s\"><th>%s%s</th>" % (_e(name), _e(name),
                  " <span class=\"badge state-dropped\">dropped out</span>" if dropped else "")]
-        for layer, _ in LAYERS:
+        for layer, dummy in LAYERS:
             cell = cells.get(layer) or {"state": "unknown", "text": "no report", "detail": "", "fingerprint": None}
             state = "dropped" if dropped and cell["state"] not in ("failed",) and site is None else cell["state"]
             parts.append("<td class=\"cell state-%s\" data-layer=\"%s\" data-state=\"%s\" title=\"%s\">"

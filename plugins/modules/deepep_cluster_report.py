@@ -55,7 +55,7 @@ attributes:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 author:
-  - moe_infra maintainers
+  - moe_infra maintainers (@moe-infra)
 """
 
 EXAMPLES = r"""

@@ -60,13 +60,13 @@ def png_pixels(path):
         body = data[pos + 8:pos + 8 + length]
         pos += 12 + length
         if kind == b"IHDR":
-            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            width, height, depth, colour, dummy, dummy, interlace = struct.unpack(">IIBBBBB", body)
             assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
         elif kind == b"IDAT":
             idat += body
     raw, bpp = zlib.decompress(idat), 3 if colour == 2 else 4
     stride, prev, rows, i = width * bpp, bytearray(width * bpp), [], 0
-    for _ in range(height):
+    for dummy in range(height):
         kind, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
         i += 1 + stride
         for x in range(stride):

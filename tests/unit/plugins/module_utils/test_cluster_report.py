@@ -114,8 +114,9 @@ def test_page_shows_matrix_bars_traffic_problems_and_dropped():
     merged = report.merge(None, "site", "site.yml", "t1",
                           {"node-a": site_summary(250.0), "node-b": site_summary(), "node-c": site_summary()},
                           ["node-a", "node-b", "node-c"])
-    merged = report.merge(merged, "site", "site.yml", "t2", {"node-a": site_summary(238.0, passed=False),
-                                                            "node-b": site_summary()}, ["node-a", "node-b", "node-c"])
+    merged = report.merge(merged, "site", "site.yml", "t2",
+                          {"node-a": site_summary(238.0, passed=False), "node-b": site_summary()},
+                          ["node-a", "node-b", "node-c"])
     traffic = {"ports": [{"nic": "mlx5_0:1", "xmit_bytes": 3 << 30, "rcv_bytes": 3 << 30},
                          {"nic": "mlx5_1:1", "xmit_bytes": 0, "rcv_bytes": 0}],
                "idle": ["mlx5_1:1"], "unknown": [], "problems": ["mlx5_1:1 carried 0 bytes"]}
