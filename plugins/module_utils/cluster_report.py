@@ -156,6 +156,40 @@ def bandwidths(site):
     return found
 
 
+def _unchanged_since(value):
+    """A layer's record from an earlier run, shown as what the node has (not as a change of this run)."""
+    if isinstance(value, dict) and "action" in value:
+        return dict(value, action="none", changed=False, reason="up to date (an earlier run)")
+    if isinstance(value, dict):
+        return dict((key, _unchanged_since(item)) for key, item in value.items())
+    return value
+
+
+def _not_run(value):
+    if isinstance(value, dict):
+        return all(_not_run(item) for key, item in value.items() if key != "method")
+    return value in (None, "", [], {})
+
+
+def carry_forward(previous, record):
+    """A site record of a run that left layers out (--tags deepep, a layer skipped) completed with what the host's
+    earlier record says about those layers."""
+    if not isinstance(previous, dict):
+        return record
+    out = dict(record)
+    for key in ("cuda", "peermapping", "gdrcopy", "nvshmem", "nvshmem_root"):
+        if _not_run(out.get(key)) and not _not_run(previous.get(key)):
+            out[key] = previous[key]
+    if _not_run(out.get("deepep")) and not _not_run(previous.get("deepep")):
+        out["deepep"] = dict(previous["deepep"], build="up to date (an earlier run)")
+    layers = dict(out.get("layers") or {})
+    for name, earlier in (previous.get("layers") or {}).items():
+        if _not_run(layers.get(name)) and not _not_run(earlier):
+            layers[name] = _unchanged_since(earlier)
+    out["layers"] = layers
+    return out
+
+
 def merge(previous, source, playbook, at, hosts, targeted, check_mode=False):
     """The report after a run: previous (the report so far, or None), source (site | doctor | internode), hosts
     ({host: that run's record}), targeted (every host the run was meant for: those missing from hosts dropped
@@ -169,6 +203,8 @@ def merge(previous, source, playbook, at, hosts, targeted, check_mode=False):
                                          "hosts": sorted(hosts), "dropped": dropped}])[-KEPT_RUNS:]
     for name, record in hosts.items():
         entry = dict(report["hosts"].get(name) or {})
+        if source == "site":
+            record = carry_forward(entry.get("site"), record)
         entry[source] = record
         entry[source + "_at"] = at
         entry["dropped"] = None

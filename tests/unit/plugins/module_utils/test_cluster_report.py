@@ -160,3 +160,20 @@ def test_a_run_that_skipped_the_tests_keeps_the_last_results_shown():
     assert cells["tests"]["text"] == "passed (earlier run)" and "results of the run at t1" in cells["tests"]["detail"]
     bars = [e["attrs"] for e in parse(report.render_html(merged)) if e["attrs"].get("data-metric")]
     assert [b["data-gbps"] for b in bars if b["data-metric"] == "intranode/dispatch_fp8"] == ["250.00"]
+
+
+def test_a_run_with_fewer_layers_keeps_the_others_as_they_were():
+    partial = site_summary()
+    for key in ("cuda", "peermapping", "nvshmem", "nvshmem_root"):
+        partial[key] = None
+    partial["layers"] = {"doca_ofed": {"installed": None}, "cuda": {"home": None},
+                         "nvidia_peermapping": {"required": None}, "gdrcopy": None,
+                         "nvshmem_ibgda": {"method": "wheel", "build": None}}
+    merged = report.merge(None, "site", "site.yml", "t1", {"a": site_summary()}, ["a"])
+    merged = report.merge(merged, "site", "site.yml --tags deepep", "t2", {"a": partial}, ["a"])
+    cells = report.layer_cells(merged["hosts"]["a"]["site"])
+    assert cells["cuda"]["text"] == "12.9" and cells["nvidia_peermapping"]["text"] == "live"
+    assert cells["doca_ofed"]["text"] == "installed"
+    # The source NVSHMEM built in the first run is shown as there, not as built again.
+    assert cells["nvshmem_ibgda"]["state"] == "ok" and cells["nvshmem_ibgda"]["text"] == "3.5.19"
+    assert cells["gdrcopy"] == {"state": "ok", "text": "up to date", "fingerprint": "dcf8dadb22c8c19a", "detail": ""}
