@@ -74,7 +74,8 @@ except Exception as exc:
 # What a probe's answer depends on, read without importing torch: the interpreter, its sys.path (PYTHONPATH
 # included) with the top-level entries of each directory and their mtimes (a pip install or upgrade adds and
 # removes dist-info directories; a rebuilt extension gets a new mtime), the files and directories the
-# environment names (LD_PRELOAD, LD_LIBRARY_PATH), the environment itself and the probe script.
+# environment names (LD_PRELOAD, LD_LIBRARY_PATH), the running kernel and NVIDIA driver, the environment itself
+# and the probe script.
 SYS_PATH = "import json, sys; print(json.dumps([p for p in sys.path if p]))"
 KEPT_ANSWERS = 32
 
@@ -115,7 +116,14 @@ def state_key(module, python, script, env):
         for item in re.split(r"[:\s]+", env.get(key) or ""):
             if item:
                 named.append((item, _stat(item), _entries(item) if os.path.isdir(item) else None))
+    # A new kernel or NVIDIA driver (after a reboot) can change what an import loads.
+    try:
+        with open("/proc/driver/nvidia/version") as handle:
+            driver = handle.readline().strip()
+    except OSError:
+        driver = None
     state = {"python": os.path.realpath(python), "python_stat": _stat(os.path.realpath(python)),
+             "kernel": os.uname().release, "driver": driver,
              "sys_path": [(path, _entries(path)) for path in paths], "named": named,
              "env": sorted(env.items()), "script": hashlib.sha256(script.encode()).hexdigest()}
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()

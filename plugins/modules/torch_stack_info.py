@@ -42,8 +42,8 @@ options:
       - >-
         Where to keep the probe's answers: while the interpreter, the top-level entries of its C(sys.path)
         directories (C(PYTHONPATH) included) with their modification times, the files and directories named in
-        C(LD_PRELOAD) / C(LD_LIBRARY_PATH) and the environment are what an earlier probe saw, its answer is
-        returned without starting torch (C(cached) is true). A pip install or upgrade, a rebuilt extension or
+        C(LD_PRELOAD) / C(LD_LIBRARY_PATH), the running kernel and NVIDIA driver and the environment are what an
+        earlier probe saw, its answer is returned without starting torch (C(cached) is true). A pip install or upgrade, a rebuilt extension or
         another environment makes it probe again.
       - Empty (the default) probes every time. Nothing is written in check mode.
     type: path

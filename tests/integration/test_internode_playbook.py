@@ -51,7 +51,8 @@ def run(cluster, *extra):
                ANSIBLE_FORCE_COLOR="0")
     result = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(cluster / "inventory.yml"),
-         os.path.join(REPO, "playbooks", "internode.yml")] + list(extra),
+         os.path.join(REPO, "playbooks", "internode.yml"), "-e",
+         "deepep_cluster_report_dir=%s" % (cluster / "cluster-report")] + list(extra),
         env=env, capture_output=True, text=True, timeout=600, check=False)
     return result.returncode, result.stdout + result.stderr
 
@@ -87,6 +88,10 @@ def test_one_nic_for_every_gpu_fails_with_kf03(cluster):
     assert "node-a (rank 0): KF03: mapped NIC(s) rocep6s0:1, rocep68s0:1" in out
     assert "while rocep4s0:1 carried the traffic" in out
     assert report(cluster, "node-b")["traffic"]["idle"][0] == "rocep6s0:1"
+    # The cluster report holds the failed run too, idle NICs included (written before the verdict).
+    page = json.loads((cluster / "cluster-report" / "report.json").read_text())
+    assert page["runs"][-1]["source"] == "internode" and page["runs"][-1]["hosts"] == ["node-a", "node-b"]
+    assert page["hosts"]["node-b"]["internode"]["traffic"]["idle"][0] == "rocep6s0:1"
 
 
 def test_bandwidth_under_the_threshold_fails(cluster):
