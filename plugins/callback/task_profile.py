@@ -27,8 +27,19 @@ options:
     ini:
       - section: callback_task_profile
         key: count
+  json:
+    description:
+      - Also write every task (its play, its name, its seconds, in the order they started) and the run's wall time
+        to this file as JSON, for benchmarks that add up a play's time.
+    type: path
+    env:
+      - name: MOE_INFRA_TASK_PROFILE_JSON
+    ini:
+      - section: callback_task_profile
+        key: json
 """
 
+import json
 import time
 
 from ansible.plugins.callback import CallbackBase
@@ -44,7 +55,8 @@ class CallbackModule(CallbackBase):
         super(CallbackModule, self).__init__()
         self._started = time.time()
         self._current = None
-        self._tasks = []  # [name, seconds] in the order they started
+        self._play = ""
+        self._tasks = []  # [name, seconds, play] in the order they started
 
     def _close_current(self):
         if self._current is not None:
@@ -56,7 +68,12 @@ class CallbackModule(CallbackBase):
         self._close_current()
         role = task._role.get_name() if getattr(task, "_role", None) else ""
         name = task.get_name().strip()
-        self._current = ["%s : %s" % (role, name) if role and not name.startswith(role) else name, time.time()]
+        self._current = ["%s : %s" % (role, name) if role and not name.startswith(role) else name, time.time(),
+                         self._play]
+
+    def v2_playbook_on_play_start(self, play):
+        self._close_current()
+        self._play = play.get_name().strip()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._start(task)
@@ -71,5 +88,9 @@ class CallbackModule(CallbackBase):
         self._display.banner("TASK PROFILE")
         self._display.display("%d tasks started, %.1f s in all; the %d slowest:"
                               % (len(self._tasks), wall, min(count, len(self._tasks))))
-        for name, seconds in sorted(self._tasks, key=lambda entry: -entry[1])[:count]:
+        for name, seconds, dummy in sorted(self._tasks, key=lambda entry: -entry[1])[:count]:
             self._display.display("%8.2f s  %s" % (seconds, name))
+        if self.get_option("json"):
+            with open(self.get_option("json"), "w") as handle:
+                json.dump({"wall": round(wall, 2), "tasks": [{"play": play, "task": name, "seconds": round(seconds, 3)}
+                                                             for name, seconds, play in self._tasks]}, handle, indent=1)

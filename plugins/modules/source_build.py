@@ -19,8 +19,8 @@ description:
     caller's O(inputs) (CUDA release, compiler, torch version, NVSHMEM identity, arch list, ...). A stamp
     holding them is written last. Unchanged inputs give C(changed=false) without building.
   - In check mode it reports whether it would build and why (which inputs changed), building nothing.
-  - Long builds should run with C(async) so SSH timeouts do not kill them; the log is kept under the
-    build directory.
+  - Long builds should run in the background (O(build_timeout)) so SSH timeouts do not kill them; the log is kept
+    under the build directory.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -98,6 +98,47 @@ options:
       - Where to write the verified build as a tar.gz for the other nodes (the roles fetch it into the
         controller cache). Not rewritten while it holds this fingerprint.
     type: path
+  controller_src:
+    description:
+      - A source archive on the controller (a path, or a file of the role's C(files/)), handled by this module's
+        action plugin. Its sha256, computed on the controller, stands for the source in the fingerprint, so an
+        up-to-date build is confirmed without the archive on the node. O(src) is where it goes on the node; a
+        result with RV(needs_source) says a build needs it there (the roles copy it only then).
+    type: path
+  controller_cache:
+    description:
+      - A directory of verified builds on the controller (C(<name>-<fingerprint>.tar.gz)), handled by the action
+        plugin, which returns in RV(cached) whether this fingerprint's archive is there.
+    type: path
+  build_timeout:
+    description:
+      - Seconds the module may run. Above 0 the action plugin runs it in the background (a long build outlives an
+        SSH session) and checks it every O(progress_interval) seconds with M(moe_infra.deepep.source_build_status),
+        printing the build's phase and elapsed time each time; 0 runs it in the foreground. Use it instead of the
+        task's C(async)/C(poll) (which still work, with Ansible's bare poll lines).
+    type: int
+    default: 0
+  progress_interval:
+    description: Seconds between two checks on a background build (O(build_timeout)).
+    type: int
+    default: 10
+  progress_log:
+    description:
+      - The log whose tail gives the phase (the RV(log) of this fingerprint, e.g. from a check-mode run of the same
+        task); without it the phase reads C(starting).
+    type: path
+  src_digest:
+    description:
+      - The source's digest as C(sha256:<64 hex digits>), set by the action plugin from O(controller_src). The node's
+        copy at O(src) is read only for a build, and must have this digest.
+    type: str
+  read_files:
+    description:
+      - Files of the build to return in RV(files) (paths relative to its build directory, e.g.
+        C(include/gdrapi.h)), so that a layer reads its version from the build it confirms, with no task of its own.
+    type: list
+    elements: str
+    default: []
   build_user:
     description:
       - Run the patches, O(build_command) and O(verify_command) as this (unprivileged) user, so a hostile source
@@ -131,8 +172,8 @@ EXAMPLES = r"""
     inputs:
       torch: 2.11.0+cu130
       cuda: "13.0"
-  async: 7200
-  poll: 15
+  build_timeout: 7200
+  progress_interval: 10
   register: deepep_build
 """
 
@@ -191,11 +232,29 @@ artifact_written:
   description: Whether O(artifact_out) was written in this run.
   returned: always
   type: bool
+needs_source:
+  description:
+    - Whether a build needs the source at O(src) and the node does not have it there yet (missing or, with
+      O(src_digest), other bytes). Outside check mode the module then fails before building anything.
+  returned: always
+  type: bool
+cached:
+  description: With O(controller_cache), whether the controller cache holds this fingerprint's build.
+  returned: when O(controller_cache) is set
+  type: bool
+files:
+  description:
+    - O(read_files) that exist in this fingerprint's build directory, by path, with their text. Empty when the
+      build is not there (check mode before a build).
+  returned: always
+  type: dict
+  sample: {"include/gdrapi.h": "#define GDR_API_MAJOR_VERSION 2\n..."}
 """
 
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tarfile
@@ -235,6 +294,8 @@ class SourceBuild(object):
 
     def source_digest(self):
         src = self.params["src"]
+        if src and self.params["src_digest"]:
+            return self.params["src_digest"]
         if src:
             if os.path.isdir(src):
                 return "tree:" + tree_digest(src)
@@ -493,15 +554,35 @@ class SourceBuild(object):
         os.rename(artifact + ".tmp", artifact)
         return True
 
+    def source_missing(self, digest):
+        """Why the node's copy of the source cannot be built from (None when it can): only asked for a build."""
+        src = self.params["src"]
+        if not self.params["src_digest"]:
+            return None
+        if not os.path.isfile(src):
+            return "%s is not on the node" % src
+        if "sha256:" + file_digest(src) != digest:
+            return "%s on the node is not the controller's archive (another sha256)" % src
+        return None
+
+    def read_files(self, build_dir):
+        files = {}
+        for rel in self.params["read_files"]:
+            path = os.path.normpath(os.path.join(build_dir, rel))
+            if os.path.isfile(path):
+                with open(path, "r", errors="replace") as handle:
+                    files[rel] = handle.read()
+        return files
+
     def run(self):
         params = self.params
         src = params["src"]
-        if self.module.check_mode and src and not os.path.exists(src):
+        if self.module.check_mode and src and not params["src_digest"] and not os.path.exists(src):
             # Check mode before the task that copies the source: nothing to hash yet.
             return dict(changed=True, action="build", fingerprint=None, reason="source %s is not on the node yet" % src,
                         install_dir=None, src_dir=None, current=self.current,
                         previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
-                        build_seconds=None)
+                        build_seconds=None, needs_source=True, files={})
         if not self.module.check_mode:
             self.build_account()  # a missing build user fails before anything is written (the roles create it)
         digest = self.source_digest()
@@ -543,9 +624,16 @@ class SourceBuild(object):
             changed=action is not None, action=action or "none", fingerprint=fp, reason=reason, install_dir=install_dir,
             src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
             source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
-            artifact=params["artifact_out"], artifact_written=False,
+            artifact=params["artifact_out"], artifact_written=False, needs_source=False, files={},
         )
+        missing = self.source_missing(digest) if action == "build" else None
+        if missing:
+            result["needs_source"] = True
+            if not self.module.check_mode:
+                self.fail("src: %s; copy it there first (controller_src: the roles do when needs_source is true)"
+                          % missing, **result)
         if self.module.check_mode:
+            result["files"] = self.read_files(install_dir) if built else {}
             return result
         if action is not None:
             os.makedirs(self.builds, exist_ok=True)
@@ -558,6 +646,7 @@ class SourceBuild(object):
         if params["artifact_out"]:
             result["artifact_written"] = self.write_artifact(fp, params["artifact_out"])
             result["changed"] = result["changed"] or result["artifact_written"]
+        result["files"] = self.read_files(install_dir)
         return result
 
 
@@ -583,6 +672,13 @@ def main():
             artifact_in=dict(type="path"),
             artifact_out=dict(type="path"),
             build_user=dict(type="str"),
+            controller_src=dict(type="path"),
+            controller_cache=dict(type="path"),
+            src_digest=dict(type="str"),
+            read_files=dict(type="list", elements="str", default=[]),
+            build_timeout=dict(type="int", default=0),
+            progress_interval=dict(type="int", default=10),
+            progress_log=dict(type="path"),
         ),
         mutually_exclusive=[("src", "git_url")],
         required_one_of=[("src", "git_url")],
@@ -591,6 +687,16 @@ def main():
     )
     if module.params["keep"] < 1:
         module.fail_json(msg="keep: %s; keep at least 1 build besides current" % module.params["keep"])
+    digest = module.params["src_digest"]
+    if digest is not None and not re.match(r"^sha256:[0-9a-f]{64}$", digest):
+        module.fail_json(msg="src_digest: %r is not accepted; accepted: sha256:<64 lower-case hex digits> (the action "
+                             "plugin sets it from controller_src)" % digest)
+    if digest is not None and not module.params["src"]:
+        module.fail_json(msg="src_digest is set without src: name the path the archive goes to on the node")
+    for rel in module.params["read_files"]:
+        if os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == "..":
+            module.fail_json(msg="read_files: %r is not accepted; accepted: a path inside the build directory, "
+                                 "relative to it (e.g. include/gdrapi.h)" % rel)
     # Never an option to git (--upload-pack=...), never a transport that runs a command (ext::).
     for option, check, accepted in (("git_url", git_url_problem, GIT_URL_ACCEPTED),
                                     ("git_ref", git_ref_problem, GIT_REF_ACCEPTED)):

@@ -149,7 +149,8 @@ def test_check_mode_on_a_fresh_node_predicts_and_writes_nothing(node):
     assert rc == 0, out
     assert subprocess.run(["id", user], capture_output=True, check=False).returncode != 0
     assert changed >= 3  # source directory, archive copy, build, env script, report directory
-    assert "is not on the node yet" in out
+    # The fingerprint is known before the archive is on the node: its digest is taken on the controller.
+    assert re.search(r"GDRCopy: no previous build; fingerprint [0-9a-f]{16}", out), out
     assert not node["prefix"].exists()
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,7 +26,8 @@ PLAYBOOK = """
 def test_the_slowest_task_comes_first(tmp_path):
     (tmp_path / "pb.yml").write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_CALLBACKS_ENABLED="moe_infra.deepep.task_profile", MOE_INFRA_TASK_PROFILE_COUNT="5")
+               ANSIBLE_CALLBACKS_ENABLED="moe_infra.deepep.task_profile", MOE_INFRA_TASK_PROFILE_COUNT="5",
+               MOE_INFRA_TASK_PROFILE_JSON=str(tmp_path / "profile.json"))
     result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "pb.yml"],
                             cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -34,3 +36,8 @@ def test_the_slowest_task_comes_first(tmp_path):
     rows = re.findall(r"^\s+([\d.]+) s  (.+)$", profile, re.M)
     assert [name for seconds, name in rows] == ["Wait a second", "Say hello"], rows
     assert float(rows[0][0]) >= 1.0
+    # The JSON a benchmark adds up: every task with its play, in order, and the run's wall time.
+    written = json.loads((tmp_path / "profile.json").read_text())
+    assert [(task["play"], task["task"]) for task in written["tasks"]] == [
+        ("localhost", "Wait a second"), ("localhost", "Say hello")]
+    assert written["tasks"][0]["seconds"] >= 1.0 and written["wall"] >= written["tasks"][0]["seconds"]

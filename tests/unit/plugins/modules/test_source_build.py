@@ -205,6 +205,9 @@ def test_git_gets_the_url_after_the_end_of_options(run_module, src, tmp_path, mo
     ({"source": "/nonexistent/file.zip"}, "neither a directory nor a tar archive"),
     ({"keep": 0}, "keep at least 1"),
     ({"patches": ["/nonexistent.patch"]}, "patches: /nonexistent.patch not found"),
+    ({"src_digest": "md5:abc"}, "src_digest: 'md5:abc' is not accepted; accepted: sha256:<64"),
+    ({"read_files": ["../../etc/shadow"]}, "read_files: '../../etc/shadow' is not accepted"),
+    ({"read_files": ["/etc/shadow"]}, "read_files: '/etc/shadow' is not accepted"),
 ])
 def test_bad_input(run_module, src, tmp_path, extra, message):
     source = extra.pop("source", src)
@@ -217,6 +220,50 @@ def test_check_mode_before_the_source_is_copied(run_module, tmp_path):
     result = build(run_module, tmp_path / "sources" / "DeepEP.tar.gz", tmp_path / "opt", check_mode=True)
     assert result["changed"] is True and result["action"] == "build" and "is not on the node yet" in result["reason"]
     assert result["fingerprint"] is None and not (tmp_path / "opt").exists()
+
+
+def _archive(src, path):
+    with tarfile.open(str(path), "w:gz") as tar:
+        tar.add(str(src), arcname="demo")
+    return path
+
+
+def _digest(path):
+    import hashlib
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# controller_src (the action plugin): the archive's digest comes from the controller, the node's copy is
+# needed only by a build.
+def test_src_digest_confirms_a_build_without_the_archive_on_the_node(run_module, src, tmp_path):
+    archive = _archive(src, tmp_path / "demo.tar.gz")
+    node_copy = tmp_path / "sources" / "demo.tar.gz"
+    prefix = tmp_path / "opt"
+    # Nothing on the node yet: the prediction names the fingerprint and that the source is needed.
+    plan = build(run_module, node_copy, prefix, check_mode=True, src_digest=_digest(archive))
+    assert plan["action"] == "build" and plan["needs_source"] is True and plan["fingerprint"]
+    assert not prefix.exists()
+    # A build without the copy fails before anything is built, saying what to do.
+    refused = build(run_module, node_copy, prefix, expect_fail=True, src_digest=_digest(archive))
+    assert "is not on the node" in refused["msg"] and "copy it there first" in refused["msg"]
+    assert not (prefix / "current").exists()
+    # Another archive at that path is refused too.
+    node_copy.parent.mkdir()
+    node_copy.write_bytes(b"not the archive")
+    assert "not the controller's archive" in build(run_module, node_copy, prefix, expect_fail=True,
+                                                   src_digest=_digest(archive))["msg"]
+    node_copy.write_bytes(archive.read_bytes())
+    built = build(run_module, node_copy, prefix, src_digest=_digest(archive), read_files=["src/built.txt"])
+    assert built["action"] == "build" and built["fingerprint"] == plan["fingerprint"]
+    assert built["files"] == {"src/built.txt": "hello\n9.0\n"}
+    # The same fingerprint as a build that hashed the node's copy itself: existing builds stay current.
+    assert build(run_module, node_copy, prefix)["action"] == "none"
+    # Up to date: the node's copy is not needed (nor read).
+    node_copy.unlink()
+    again = build(run_module, node_copy, prefix, check_mode=True, src_digest=_digest(archive),
+                  read_files=["src/built.txt", "src/missing.txt"])
+    assert again["action"] == "none" and again["needs_source"] is False and again["changed"] is False
+    assert again["files"] == {"src/built.txt": "hello\n9.0\n"}
 
 
 def test_build_once_install_from_the_artifact_elsewhere(run_module, src, tmp_path):

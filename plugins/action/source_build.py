@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""Action plugin of moe_infra.deepep.source_build: what only the controller can answer.
+
+controller_src: the archive's sha256 is computed here (once per file and run), so the node confirms an up-to-date
+build without the archive being copied or hashed there; the module says `needs_source` when a build needs it.
+controller_cache: whether the controller's build cache holds this fingerprint, without a task of its own.
+build_timeout: the module runs in the background (a long build outlives an SSH session) and is checked every
+progress_interval seconds; each check prints the build's phase and elapsed time (not a bare async poll line)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+from ansible.utils.vars import merge_hash
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build_progress import elapsed_text
+
+display = Display()
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
+# (path, size, mtime_ns) -> digest: every host of a run shares one archive, hashed once.
+_DIGESTS = {}
+
+
+def archive_digest(path):
+    info = os.stat(path)
+    key = (path, info.st_size, info.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        _DIGESTS[key] = "sha256:" + digest.hexdigest()
+    return _DIGESTS[key]
+
+
+class ActionModule(ActionBase):
+
+    _supports_check_mode = True
+    _supports_async = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        controller_src = args.pop("controller_src", None)
+        controller_cache = args.pop("controller_cache", None)
+        if controller_src:
+            if not args.get("src"):
+                return dict(result, failed=True, msg="controller_src is set without src: name the path on the node "
+                                                     "the archive goes to (e.g. <prefix>/sources/<archive>)")
+            try:
+                local = self._find_needle("files", controller_src)
+            except AnsibleError as exc:
+                return dict(result, failed=True, msg="controller_src: %s is not on the controller (%s)"
+                                                     % (controller_src, exc))
+            if not local.endswith(ARCHIVE_SUFFIXES):
+                return dict(result, failed=True, msg="controller_src: %s is not accepted; accepted: a tar archive "
+                                                     "(%s)" % (controller_src, ", ".join(ARCHIVE_SUFFIXES)))
+            args["src_digest"] = archive_digest(local)
+
+        build_timeout = int(args.pop("build_timeout", 0) or 0)
+        interval = max(int(args.pop("progress_interval", 10) or 10), 1)
+        progress_log = args.pop("progress_log", None)
+        if build_timeout > 0 and not self._task.async_val and not self._play_context.check_mode:
+            module = self._build_in_background(args, task_vars, build_timeout, interval, progress_log)
+        else:
+            wrap_async = self._task.async_val and not self._connection.has_native_async
+            module = self._execute_module(module_name="moe_infra.deepep.source_build", module_args=args,
+                                          task_vars=task_vars, wrap_async=wrap_async)
+        if controller_cache and module.get("fingerprint") and not module.get("failed"):
+            name = "%s-%s.tar.gz" % (args.get("name"), module["fingerprint"])
+            # As fetch and copy read it: a relative directory is the playbook's.
+            module["cached"] = os.path.isfile(os.path.join(self._loader.path_dwim(controller_cache), name))
+        result = merge_hash(result, module)
+        if not self._task.async_val:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return result
+
+    def _build_in_background(self, args, task_vars, timeout, interval, log):
+        """Start the module as a background job, check it every interval seconds (printing the phase), and return
+        its result once it ended."""
+        self._task.async_val = timeout  # the job's time limit (this worker's copy of the task)
+        try:
+            started = self._execute_module(module_name="moe_infra.deepep.source_build", module_args=args,
+                                           task_vars=task_vars, wrap_async=True)
+        finally:
+            self._task.async_val = 0
+        if started.get("failed") or not started.get("results_file"):
+            return started
+        label = "%s on %s" % (args.get("name"), task_vars.get("inventory_hostname", "?"))
+        begun = time.time()
+        wait = 1  # a switch or an install answers within a second or two
+        while True:
+            time.sleep(wait)
+            wait = interval
+            status = self._execute_module(module_name="moe_infra.deepep.source_build_status",
+                                          module_args=dict(results_file=started["results_file"], log=log),
+                                          task_vars=task_vars)
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+            if status.get("failed"):
+                return status
+            if status.get("finished"):
+                final = dict(status.get("result") or {})
+                final.pop("invocation", None)
+                for warning in final.pop("warnings", None) or []:
+                    text = warning.get("msg", warning) if isinstance(warning, dict) else warning
+                    display.warning("%s: %s" % (label, text))
+                final.pop("deprecations", None)
+                return final
+            elapsed = time.time() - begun
+            if elapsed > timeout:
+                return dict(failed=True, msg="%s: still building after %s (build_timeout %s s); the job goes on in "
+                                             "the background (%s): raise the layer's timeout and run again"
+                                             % (label, elapsed_text(elapsed), timeout, started["results_file"]))
+            display.display("  %s: %s, %s" % (label, elapsed_text(elapsed), status.get("phase", "")))
