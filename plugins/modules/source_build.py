@@ -96,7 +96,8 @@ options:
   artifact_out:
     description:
       - Where to write the verified build as a tar.gz for the other nodes (the roles fetch it into the
-        controller cache). Not rewritten while it holds this fingerprint.
+        controller cache). Not rewritten while it holds this fingerprint. Files of the build directory named
+        C(*.node-record) (what a role checked on this node) are left out.
     type: path
   controller_src:
     description:
@@ -276,6 +277,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint impor
 )
 
 STAMP = ".moe_infra_stamp.json"
+LOCAL_RECORD_SUFFIX = ".node-record"
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
 
 
@@ -550,7 +552,9 @@ class SourceBuild(object):
                 pass
         os.makedirs(os.path.dirname(artifact) or ".", exist_ok=True)
         with tarfile.open(artifact + ".tmp", "w:gz") as tar:
-            tar.add(os.path.join(self.builds, fp), arcname=".")
+            # What was checked on this node is this node's record, not part of the build another node installs.
+            tar.add(os.path.join(self.builds, fp), arcname=".",
+                    filter=lambda info: None if info.name.endswith(LOCAL_RECORD_SUFFIX) else info)
         os.rename(artifact + ".tmp", artifact)
         return True
 

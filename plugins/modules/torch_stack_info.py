@@ -48,6 +48,12 @@ options:
       - Empty (the default) probes every time. Nothing is written in check mode.
     type: path
     default: ""
+  missing_ok:
+    description:
+      - An interpreter that does not exist yet (a venv a later task creates) is an answer, not an error - RV(exists) is
+        false and every reading null - so one call both checks for it and probes it.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - moe_infra.deepep.info_module
 """
@@ -90,6 +96,10 @@ deep_ep:
     C(nvshmem_host_loaded) (the libnvshmem_host files the process mapped; null when the import failed).
   returned: always
   type: dict
+exists:
+  description: Whether O(python) exists and is executable (false only with O(missing_ok)).
+  returned: always
+  type: bool
 cached:
   description: Whether the answers came from O(cache_dir) (no interpreter imported torch).
   returned: always
@@ -122,10 +132,16 @@ def main():
             pythonpath=dict(type="list", elements="path", default=[]),
             environment=dict(type="dict", default={}),
             cache_dir=dict(type="path", default=""),
+            missing_ok=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     python = module.params["python"]
+    if module.params["missing_ok"] and not os.path.lexists(python):
+        module.exit_json(changed=False, exists=False, cached=False, python_version=None,
+                         torch={"version": None, "cuda": None, "nccl": None}, nvshmem_wheel=None, nccl_wheel=None,
+                         numpy=None, deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
+                                              "undefined_symbol": False, "nvshmem_host_loaded": None})
     if not os.access(python, os.X_OK):
         module.fail_json(msg="python: %s is not an executable interpreter; set it to the Python that has torch"
                              % python)
@@ -137,7 +153,7 @@ def main():
     deep_ep = run_probe(module, IMPORT_PROBE, env, cached)
     deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
     result["deep_ep"] = deep_ep
-    module.exit_json(changed=False, cached=all(cached), **result)
+    module.exit_json(changed=False, exists=True, cached=all(cached), **result)
 
 
 if __name__ == "__main__":

@@ -284,6 +284,20 @@ def test_build_once_install_from_the_artifact_elsewhere(run_module, src, tmp_pat
     assert build(run_module, src, other, artifact_in=str(artifact))["changed"] is False
 
 
+def test_node_records_stay_out_of_the_artifact(run_module, src, tmp_path):
+    # What a role checked on the builder (imports.node-record) must not vouch for another node.
+    builder = tmp_path / "builder"
+    first = build(run_module, src, builder)
+    (builder / "current" / "imports.node-record").write_text("checked here\n")
+    artifact = tmp_path / "cache" / "demo.tar.gz"
+    exported = build(run_module, src, builder, artifact_out=str(artifact), read_files=["imports.node-record"])
+    assert exported["artifact_written"] is True and exported["fingerprint"] == first["fingerprint"]
+    assert exported["files"] == {"imports.node-record": "checked here\n"}
+    with tarfile.open(str(artifact)) as tar:
+        names = tar.getnames()
+    assert "./src/built.txt" in names and not [name for name in names if name.endswith(".node-record")]
+
+
 def test_artifact_of_other_inputs_is_refused(run_module, src, tmp_path):
     artifact = tmp_path / "demo.tar.gz"
     build(run_module, src, tmp_path / "builder", artifact_out=str(artifact))

@@ -36,6 +36,20 @@ def test_interpreter_must_exist(run_module, tmp_path):
     assert failed and "is not an executable interpreter" in result["msg"]
 
 
+def test_missing_interpreter_is_an_answer_with_missing_ok(run_module, tmp_path):
+    # A venv a later task creates: one call says it is not there (and reads nothing).
+    result, failed = run_module(module, {"python": str(tmp_path / "venv" / "bin" / "python"), "missing_ok": True})
+    assert not failed and result["exists"] is False and result["torch"]["version"] is None
+    assert result["deep_ep"]["importable"] is False
+    # One that exists but cannot run is still an error.
+    broken = tmp_path / "python"
+    broken.write_text("not executable")
+    result, failed = run_module(module, {"python": str(broken), "missing_ok": True})
+    assert failed and "is not an executable interpreter" in result["msg"]
+    present, failed = run_module(module, {"python": make_python_site(tmp_path / "site"), "missing_ok": True})
+    assert not failed and present["exists"] is True and present["torch"]["version"]
+
+
 def counting(python, tmp_path):
     """The interpreter behind a wrapper that counts the probes it runs (not the sys.path reads)."""
     count = tmp_path / "probes"
