@@ -66,8 +66,12 @@ class ActionModule(ActionBase):
                                                      "(%s)" % (controller_src, ", ".join(ARCHIVE_SUFFIXES)))
             args["src_digest"] = archive_digest(local)
 
-        build_timeout = int(args.pop("build_timeout", 0) or 0)
-        interval = max(int(args.pop("progress_interval", 10) or 10), 1)
+        try:
+            build_timeout = int(args.pop("build_timeout", 0) or 0)
+            interval = max(int(args.pop("progress_interval", 10) or 10), 1)
+        except (TypeError, ValueError) as exc:
+            return dict(result, failed=True, msg="build_timeout and progress_interval are whole numbers of seconds "
+                                                 "(%s)" % exc)
         progress_log = args.pop("progress_log", None)
         if build_timeout > 0 and not self._task.async_val and not self._play_context.check_mode:
             module = self._build_in_background(args, task_vars, build_timeout, interval, progress_log)

@@ -1,0 +1,95 @@
+# -*- coding: utf-8 -*-
+"""source_build's action plugin through ansible-playbook: a background build prints its step, its build tool's
+progress and the elapsed time at each check; an archive on the controller is confirmed by its digest without being
+on the node; bad values for what only the action plugin reads are refused with a message."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+# What a cmake build prints between source_build's "$ <command>" lines.
+SLOW_BUILD = 'for p in 10 40 80; do echo "[ $p%] Building C object src/x$p.o"; sleep 1.2; done'
+
+
+def play(tmp_path, *tasks):
+    (tmp_path / "pb.yml").write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}]))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0")
+    result = subprocess.run([PLAYBOOK_BIN, "-i", "localhost,", "-c", "local", "-e",
+                             "ansible_python_interpreter=%s" % sys.executable, "pb.yml"],
+                            cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300, check=False)
+    return result.returncode, result.stdout + result.stderr
+
+
+def build_task(tmp_path, **extra):
+    args = dict(name="demo", src=str(tmp_path / "src"), prefix=str(tmp_path / "opt"), build_command="true")
+    args.update(extra)
+    return {"moe_infra.deepep.source_build": args, "register": "built"}
+
+
+def test_a_background_build_prints_its_phase(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "input.txt").write_text("hello\n")
+    # The plan names the log the checks read (build_fanout passes its plan's the same way).
+    plan = dict(build_task(tmp_path, build_command=SLOW_BUILD), check_mode=True, register="plan")
+    task = build_task(tmp_path, build_command=SLOW_BUILD, build_timeout=120, progress_interval=1,
+                      progress_log="{{ plan.log }}")
+    rc, out = play(tmp_path, plan, task)
+    assert rc == 0, out
+    lines = re.findall(r"^  demo on localhost: (\d+) s, (.*)$", out, re.M)
+    assert lines, out
+    assert any("[40%] Building C object src/x40.o" in phase for dummy, phase in lines), lines
+    assert all(phase.startswith("for p in 10 40 80") or phase == "starting" for dummy, phase in lines), lines
+    assert "ASYNC POLL" not in out
+    assert os.readlink(str(tmp_path / "opt" / "current")).startswith("builds/")
+
+
+def test_an_archive_on_the_controller_is_confirmed_without_a_copy(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "input.txt").write_text("hello\n")
+    archive = tmp_path / "demo.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(tmp_path / "src"), arcname="demo")
+    node_copy = tmp_path / "node" / "demo.tar.gz"
+    task = build_task(tmp_path, src=str(node_copy), controller_src=str(archive),
+                      controller_cache=str(tmp_path / "cache"))
+    say = {"ansible.builtin.debug": {"msg": "needs_source={{ built.needs_source }} cached={{ built.cached }}"}}
+    rc, out = play(tmp_path, dict(task, check_mode=True), say)
+    assert rc == 0 and "needs_source=True cached=False" in out, out
+    # Without the copy a build is refused before anything is built, saying what to do.
+    rc, out = play(tmp_path, task)
+    assert rc == 2 and "is not on the node" in out and "copy it there first" in out, out
+    node_copy.parent.mkdir()
+    node_copy.write_bytes(archive.read_bytes())
+    rc, out = play(tmp_path, task)
+    assert rc == 0 and "changed: [localhost]" in out, out
+    # Built: confirmed by the controller's digest alone, the node's copy gone.
+    node_copy.unlink()
+    rc, out = play(tmp_path, task, say)
+    assert rc == 0 and "needs_source=False cached=False" in out and "changed=0" in out, out
+    # The controller cache holding this fingerprint is read in the same call.
+    fingerprint = os.path.basename(os.readlink(str(tmp_path / "opt" / "current")))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / ("demo-%s.tar.gz" % fingerprint)).write_bytes(b"")
+    rc, out = play(tmp_path, task, say)
+    assert rc == 0 and "needs_source=False cached=True" in out, out
+
+
+def test_bad_values_for_the_action_plugin_are_refused(tmp_path):
+    (tmp_path / "src").mkdir()
+    rc, out = play(tmp_path, build_task(tmp_path, build_timeout="soon"))
+    assert rc == 2 and "build_timeout and progress_interval are whole numbers of seconds" in out, out
+    rc, out = play(tmp_path, build_task(tmp_path, controller_src=str(tmp_path / "missing.tar.gz")))
+    assert rc == 2 and "controller_src: %s is not on the controller" % (tmp_path / "missing.tar.gz") in out, out
+    not_archive = tmp_path / "notes.txt"
+    not_archive.write_text("x")
+    rc, out = play(tmp_path, build_task(tmp_path, controller_src=str(not_archive)))
+    assert rc == 2 and "is not accepted; accepted: a tar archive" in out, out
+    assert not (tmp_path / "opt").exists()
