@@ -65,6 +65,7 @@ def test_defaults_and_argument_specs_agree(role):
             problems.append("%s: type %s in the spec, %r in defaults/main.yml" % (name, option.get("type"), value))
         if option.get("type") == "int" and isinstance(value, bool):
             problems.append("%s: type int in the spec, a bool in defaults/main.yml" % name)
-        if "choices" in option and not templated(value) and value not in option["choices"]:
+        values = value if option.get("type") == "list" else [value]  # a list's choices are its elements'
+        if "choices" in option and not templated(value) and not set(values) <= set(option["choices"]):
             problems.append("%s: default %r is not one of its choices %s" % (name, value, option["choices"]))
     assert not problems, "\n".join(problems)

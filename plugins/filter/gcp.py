@@ -1,0 +1,25 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters of the image bake (module_utils/gcp_rollout.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import instance_profile
+
+
+def gcp_instance_profile(hostvars):
+    """A provisioned instance's host variables (google.cloud.gcp_compute, vars_prefix gcp_) -> the bake's
+    defaults."""
+    if not isinstance(hostvars, dict) and not hasattr(hostvars, "get"):
+        raise AnsibleFilterError("gcp_instance_profile: want a host's variables, got %r" % (hostvars,))
+    return instance_profile(dict((key, hostvars.get(key)) for key in (
+        "gcp_name", "gcp_project", "gcp_zone", "gcp_metadata", "gcp_networkInterfaces", "gcp_serviceAccounts",
+        "gcp_scheduling", "gcp_disks", "gcp_machineType", "gcp_guestAccelerators", "gcp_labels")))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"gcp_instance_profile": gcp_instance_profile}
