@@ -176,6 +176,19 @@ def same_resource(left, right):
     return bool(left) and tail(left) == tail(right)
 
 
+def covers(existing, wanted):
+    """Whether a resource GCP returns holds everything a request asked for: GCP adds fields (kind, names,
+    fingerprints) and writes links in full, so equality would call every existing template different."""
+    if isinstance(wanted, dict):
+        return isinstance(existing, dict) and all(covers(existing.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(existing, list) and len(existing) == len(wanted) and all(
+            covers(e, w) for e, w in zip(existing, wanted))
+    if isinstance(wanted, str) and isinstance(existing, str) and ("/" in wanted or "/" in existing):
+        return existing == wanted or same_resource(existing, wanted) or basename(existing) == wanted
+    return existing == wanted or str(existing) == str(wanted)
+
+
 # What the MIG sets on its instances: never copied into a template.
 MIG_METADATA = ("instance-template", "created-by")
 

@@ -232,7 +232,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import (
-    STEPS, image_body, problems, same_resource, template_body)
+    STEPS, covers, image_body, problems, same_resource, template_body)
 
 try:
     from ansible_collections.google.cloud.plugins.module_utils.gcp_utils import GcpSession
@@ -346,7 +346,7 @@ def run(module, compute):
             wanted = template_body(p)
             existing = compute.get(template_path, allow_missing=True)
             if existing is not None:
-                if existing.get("properties") != wanted["properties"]:
+                if not covers(existing.get("properties"), wanted["properties"]):
                     module.fail_json(msg="instance template %s exists with other properties (templates cannot "
                                          "change): set %s to a new name" % (p["template"]["name"],
                                                                             p["variables"].get("template_name", "template.name")),

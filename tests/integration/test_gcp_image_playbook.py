@@ -1,0 +1,135 @@
+# -*- coding: utf-8 -*-
+"""playbooks/gcp_image.yml's Compute API requests, checked offline: the real inventory plugin reads the
+instance from its cache (tests/fixtures/gcp_inventory.py) and the playbook's requests reach a local stand-in of
+the Compute endpoints through HTTPS_PROXY (tests/fixtures/compute_api.py), which records each one. The node's
+generalization is left out here (--skip-tags generalize): the lifecycle scenario runs it on a VM and boots a
+copy of its disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+HOST = "a4-b200-mig-7xk2"
+MIG = "projects/my-project/zones/us-central1-b/instanceGroupManagers/a4-b200-mig"
+
+
+@pytest.fixture
+def api(tmp_path):
+    """The stand-in's state directory and the environment a run reaches it with."""
+    state = tmp_path / "api"
+    state.mkdir()
+    server = subprocess.Popen([sys.executable, os.path.join(FIXTURES, "compute_api.py"), str(state),
+                               os.path.join(FIXTURES, "gcp", "aggregated_instances.json")],
+                              stdout=subprocess.PIPE, text=True)
+    port = server.stdout.readline().strip()
+    cache = tmp_path / "inventory-cache"
+    subprocess.run([sys.executable, os.path.join(FIXTURES, "gcp_inventory.py"),
+                    os.path.join(FIXTURES, "gcp", "aggregated_instances.json"),
+                    os.path.join(REPO, "inventories", "gcp-mig"), str(cache)], check=True, capture_output=True)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_INVENTORY_CACHE="true", ANSIBLE_INVENTORY_CACHE_PLUGIN="ansible.builtin.jsonfile",
+               ANSIBLE_INVENTORY_CACHE_CONNECTION=str(cache), HTTPS_PROXY="http://127.0.0.1:%s" % port,
+               REQUESTS_CA_BUNDLE=str(state / "ca.pem"), NO_PROXY="")
+    env.pop("https_proxy", None)
+    yield state, env
+    server.kill()
+    server.wait()
+
+
+def bake(env, *extra):
+    argv = [os.path.join(BIN, "ansible-playbook"), "-i", "inventories/gcp-mig", "playbooks/gcp_image.yml",
+            "--skip-tags", "generalize", "-e", "gcp_image_source=" + HOST, "-e", "gcp_image_family=deepep-b200",
+            "-e", "gcp_image_name=deepep-b200-20261124", "-e", "gcp_image_auth_kind=accesstoken",
+            "-e", "gcp_image_access_token=fixture-token"] + list(extra)
+    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return result.returncode, result.stdout + result.stderr
+
+
+def requests_made(state):
+    path = state / "requests.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def changes(state):
+    """(what, path) of each request that changes something."""
+    return [(r["method"], r["path"].split("/compute/v1/", 1)[1]) for r in requests_made(state) if r["method"] != "GET"
+            and not r["path"].endswith("/listManagedInstances")]
+
+
+def recap(out):
+    return dict(zip(("ok", "changed", "failed"), map(int, re.search(
+        r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", out).groups())))
+
+
+def test_check_mode_asks_and_changes_nothing_then_the_bake_then_a_rerun_changes_nothing(api):
+    state, env = api
+    rc, out = bake(env, "--check")
+    assert rc == 0, out
+    assert recap(out)["changed"] == 2 and changes(state) == [], out
+    assert "abandon: abandoned %s from a4-b200-mig" % HOST in out
+
+    rc, out = bake(env)
+    assert rc == 0, out
+    assert changes(state) == [
+        ("POST", MIG + "/abandonInstances"),
+        ("POST", "projects/my-project/zones/us-central1-b/instances/%s/stop" % HOST),
+        ("POST", "projects/my-project/global/images"),
+        ("POST", "projects/my-project/global/instanceTemplates"),
+        ("POST", MIG + "/setInstanceTemplate"),
+        ("POST", MIG + "/resize"),
+    ]
+    posts = dict((r["path"].rsplit("/", 1)[1], r) for r in requests_made(state) if r["method"] == "POST")
+    assert posts["abandonInstances"]["body"] == {"instances": ["projects/my-project/zones/us-central1-b/instances/" + HOST]}
+    image = posts["images"]["body"]
+    assert (image["name"], image["family"], image["storageLocations"]) == \
+        ("deepep-b200-20261124", "deepep-b200", ["us-central1"])
+    assert image["sourceDisk"].endswith("/zones/us-central1-b/disks/" + HOST)
+    template = posts["instanceTemplates"]["body"]["properties"]
+    assert template["machineType"] == "a4-highgpu-8g"
+    assert template["disks"][0]["initializeParams"]["sourceImage"] == "projects/my-project/global/images/family/deepep-b200"
+    nics = template["networkInterfaces"]
+    assert [n["nicType"] for n in nics] == ["GVNIC"] * 2 + ["MRDMA"] * 8
+    assert not any("accessConfigs" in n for n in nics)
+    assert posts["setInstanceTemplate"]["body"] == {"instanceTemplate": "projects/my-project/global/instanceTemplates/deepep-b200-20261124"}
+    # The group gets back the size it had before the node left it.
+    assert posts["resize"]["query"] == {"size": ["1"]}
+
+    before = len(requests_made(state))
+    rc, out = bake(env)
+    assert rc == 0 and recap(out)["changed"] == 0, out
+    assert [r["method"] for r in requests_made(state)[before:]] == ["GET"] * len(requests_made(state)[before:])
+    assert "image: 'exists: deepep-b200-20261124 (family deepep-b200)'" in out or \
+        "exists: deepep-b200-20261124 (family deepep-b200)" in out
+
+    # A template cannot change: other interfaces under the same name are refused, with what to set.
+    rc, out = bake(env, "-e", '{"gcp_image_network_interfaces": [{"network": "default", "nic_type": "GVNIC"}]}')
+    assert rc != 0 and "set gcp_image_template_name to a new name" in out, out
+    assert changes(state)[6:] == []
+
+
+def test_bad_settings_are_refused_before_any_request(api):
+    state, env = api
+    rc, out = bake(env, "-e", "gcp_image_name=DeepEP_2026", "-e", "gcp_image_storage_location=mars-1",
+                   "-e", "gcp_image_zone=us-central1")
+    assert rc != 0
+    assert "nothing was asked of GCP" in out
+    for variable in ("gcp_image_name: 'DeepEP_2026'", "gcp_image_storage_location: 'mars-1'", "gcp_image_zone: 'us-central1'"):
+        assert variable in out, out
+    assert requests_made(state) == []
+    # The role's spec refuses a wrong type or choice before the module runs.
+    rc, out = bake(env, "-e", "gcp_image_on_host_maintenance=REBOOT")
+    assert rc != 0 and "gcp_image_on_host_maintenance" in out and requests_made(state) == []
+    # The source must be given.
+    rc, out = bake(env, "-e", "gcp_image_source=")
+    assert rc != 0 and requests_made(state) == [], out
