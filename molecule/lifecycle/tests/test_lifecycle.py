@@ -1,8 +1,12 @@
 # -*- coding: utf-8 -*-
-"""What the first real run left on the node (the VM) and on the controller, after converge and idempotence:
-apt works with the vendor's CUDA source reused, exactly one reboot, the build prerequisites installed, the env
-script and the doctor naming the mlx5_* devices the node has after DOCA-OFED's reboot, a second run that
-changed nothing."""
+"""What the first real run left on the node and on the controller, after converge and idempotence: apt works
+with the vendor's CUDA source reused, exactly one reboot, the build prerequisites installed, the env script and
+the doctor naming the mlx5_* devices the node has after DOCA-OFED's reboot, a second run that changed nothing.
+Then the scale-out (side_effect.yml): the bake through playbooks/gcp_image.yml, and the clone booted from a copy
+of the baked disk, which the `host` fixture now reaches (the same port forward): a new node (its own hostname,
+machine-id and SSH host keys) on which site.yml changed only per-node records, and nothing on its second run.
+Everything the first node's disk held (packages, builds, the regkey) is on the clone, so the host checks below
+hold for both."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import re
 # Kept after the scenario (molecule.yml: lifecycle_records).
 RECORDS = os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], ".build", "lifecycle")
 HOST = "a4-b200-mig-7xk2"  # the instance name the GCP inventory gave
+CLONE = "a4-b200-mig-9q4d"  # the MIG's new instance, booted from the baked image
 MLX5 = ["mlx5_%d" % i for i in range(8)]
 
 
@@ -41,9 +46,10 @@ def test_a_second_run_changed_nothing():
 
 def test_exactly_one_reboot(host):
     boots = host.file("/opt/moe-fixtures/boots").content_string.split()
-    # The boot prepare ran in, then the one reboot of the first run; the second run rebooted nothing.
-    assert len(boots) == 2 and boots[0] != boots[1]
-    assert host.file("/proc/sys/kernel/random/boot_id").content_string.strip() == boots[1]
+    # The boot prepare ran in, then the one reboot of the first run (the second run rebooted nothing); then the
+    # clone's first boot (the image carries the file), and none since: its runs rebooted nothing either.
+    assert len(boots) == 3 and len(set(boots)) == 3, boots
+    assert host.file("/proc/sys/kernel/random/boot_id").content_string.strip() == boots[2]
     assert "Reboot for doca_ofed, nvidia_peermapping" in log("site-1.log")
 
 
@@ -102,3 +108,73 @@ def test_the_builds_ran_unprivileged(host):
     summary = json.load(open(os.path.join(RECORDS, "site", "%s-site.json" % HOST)))
     assert summary["deepep"]["fingerprint"] and summary["nvshmem"] and summary["gdrcopy"]
     assert host.user("deepep-build").exists and host.user("deepep-build").shell == "/usr/sbin/nologin"
+
+
+def changed_tasks(text):
+    """The names of the tasks that reported changed, from ansible-playbook's default output."""
+    names = []
+    task = None
+    for line in text.splitlines():
+        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \**$", line)
+        if header:
+            task = header.group(1)
+        elif line.startswith("changed: [") and task is not None and task not in names:
+            names.append(task)
+    return names
+
+
+def test_the_bake_went_through_the_gcp_playbook():
+    bake = log("bake-1.log")
+    assert "rc=0" in bake and bake.startswith("$ ansible-playbook -i inventories/gcp-mig playbooks/gcp_image.yml")
+    for step in ("abandon: abandoned %s from a4-b200-mig" % HOST, "image: created deepep-b200-lifecycle in family deepep-b200",
+                 "template: created deepep-b200-lifecycle (10 interfaces, boot from family deepep-b200)",
+                 "rollout: template a4-b200-deepep -> deepep-b200-lifecycle"):
+        assert step in bake, step
+    generalized = changed_tasks(bake)
+    for task in ("moe_infra.deepep.generalize : Empty the machine-id", "moe_infra.deepep.generalize : Remove the SSH host keys",
+                 "moe_infra.deepep.generalize : Remove the per-node records", "moe_infra.deepep.generalize : Power the node off"):
+        assert task in generalized, (task, generalized)
+
+
+def test_the_clone_is_a_new_node(host):
+    with open(os.path.join(RECORDS, "original-identity.json")) as handle:
+        original = json.load(handle)
+    assert original["hostname"] == "vm-node"
+    assert host.check_output("hostname") == CLONE
+    machine_id = host.file("/etc/machine-id").content_string.strip()
+    assert re.match(r"^[0-9a-f]{32}$", machine_id) and machine_id != original["machine_id"]
+    key = host.check_output("ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub | cut -d' ' -f2")
+    assert key.startswith("SHA256:") and key != original["ssh_host_key"]
+    # The per-node records the image left out were made again on the clone, for the clone.
+    assert host.file("/opt/deepep/reports/intranode.json").exists
+
+
+# What site.yml may change on a node booted from a baked image: its own records (DeepEP's test reports, made
+# again because the image has none; the report directory) and nothing a build, a package or a reboot changes.
+PER_NODE_TASKS = {
+    "moe_infra.deepep.deepep : Create the report directory",
+    "moe_infra.deepep.deepep : Run DeepEP's intranode and low-latency tests",
+}
+
+
+def test_on_the_clone_site_yml_changed_only_per_node_records():
+    first = log("clone-site-1.log")
+    assert first.startswith("$ ansible-playbook -i inventories/gcp-mig playbooks/site.yml") and "rc=0" in first
+    assert CLONE in recap(first) and HOST not in recap(first)
+    changed = changed_tasks(first)
+    assert changed and set(changed) <= PER_NODE_TASKS, changed
+    for name in ("clone-site-2.log", "clone-doctor-2.log"):
+        counts = recap(log(name))
+        assert counts[CLONE]["changed"] == 0 and counts[CLONE]["failed"] == 0, (name, counts)
+
+
+def test_the_clone_doctor_is_clean():
+    with open(os.path.join(RECORDS, "clone-doctor", "%s-doctor.json" % CLONE)) as handle:
+        report = json.load(handle)
+    problems = [f for f in report["findings"] if f["status"] == "problem"]
+    assert not problems, problems
+    findings = dict((f["id"], f) for f in report["findings"])
+    assert findings["KF01"]["status"] == "ok" and all(name in findings["KF01"]["evidence"] for name in MLX5)
+    with open(os.path.join(RECORDS, "clone-timings.json")) as handle:
+        timings = json.load(handle)
+    assert 0 < timings["boot_to_ssh_s"] < timings["boot_to_clean_doctor_s"]
