@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: gcp_image_rollout
 short_description: Bake a provisioned GCP instance into an image and roll it out to its managed instance group
-version_added: "0.5.0"
+version_added: "0.3.0"
 description:
   - The steps a MIG of DeepEP nodes is scaled with, each idempotent and each a desired state read first (GET)
     and changed only where it differs, in the order given by O(steps)
