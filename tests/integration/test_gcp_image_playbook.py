@@ -2,7 +2,7 @@
 """playbooks/gcp_image.yml's Compute API requests, checked offline: the real inventory plugin reads the
 instance from its cache (tests/fixtures/gcp_inventory.py) and the playbook's requests reach a local stand-in of
 the Compute endpoints through HTTPS_PROXY (tests/fixtures/compute_api.py), which records each one. The node's
-generalization is left out here (--skip-tags generalize): the lifecycle scenario runs it on a VM and boots a
+generalization is left out here (--skip-tags source_node): the lifecycle scenario runs it on a VM and boots a
 copy of its disk."""
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def api(tmp_path):
     server.wait()
 
 
-def bake(env, *extra):
+def bake(env, *extra, skip="source_node"):
     argv = [os.path.join(BIN, "ansible-playbook"), "-i", "inventories/gcp-mig", "playbooks/gcp_image.yml",
-            "--skip-tags", "generalize", "-e", "gcp_image_source=" + HOST, "-e", "gcp_image_family=deepep-b200",
+            "--skip-tags", skip, "-e", "gcp_image_source=" + HOST, "-e", "gcp_image_family=deepep-b200",
             "-e", "gcp_image_name=deepep-b200-20261124", "-e", "gcp_image_auth_kind=accesstoken",
             "-e", "gcp_image_access_token=fixture-token"] + list(extra)
     result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -133,3 +133,23 @@ def test_bad_settings_are_refused_before_any_request(api):
     # The source must be given.
     rc, out = bake(env, "-e", "gcp_image_source=")
     assert rc != 0 and requests_made(state) == [], out
+
+
+def test_a_node_site_yml_did_not_finish_is_not_baked(api, tmp_path):
+    """The source node is checked before anything changes (here it is reached locally and lacks the env script
+    and DeepEP's report); with them there the bake goes on."""
+    state, env = api
+    # The generalize play (tag generalize) never runs here; the check is the controller play's, delegated.
+    local = ["-e", "ansible_connection=local", "-e", "ansible_python_interpreter=" + sys.executable]
+    env_script, report = tmp_path / "env.sh", tmp_path / "reports" / "intranode.json"
+    required = ["-e", json.dumps({"gcp_image_source_required": [str(env_script), str(report)]})]
+    rc, out = bake(env, *(local + required), skip="generalize")
+    assert rc != 0 and "%s lacks %s, %s: run playbooks/site.yml on it first" % (HOST, env_script, report) in out, out
+    assert changes(state) == []
+    env_script.write_text("export X=1\n")
+    report.parent.mkdir()
+    report.write_text("{}\n")
+    rc, out = bake(env, *(local + required + ["--check"]), skip="generalize")
+    assert "Check that site.yml provisioned the node" in out and "lacks" not in out, out
+    assert "moe_infra.deepep.generalize" not in out
+    assert changes(state) == []
