@@ -262,8 +262,8 @@ class Compute(object):
             data = {}
         if response.status_code >= 400:
             error = data.get("error", {}) if isinstance(data, dict) else {}
-            self.module.fail_json(msg="%s %s: %s %s" % (response.request.method, response.url, response.status_code,
-                                                       error.get("message") or response.text[:500]))
+            message = error.get("message") or response.text[:500]
+            self.module.fail_json(msg="%s %s: %s %s" % (response.request.method, response.url, response.status_code, message))
         return data
 
     def get(self, path, allow_missing=False):
