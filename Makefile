@@ -32,7 +32,7 @@ $(BIN)/.test: $(BIN)/.runtime requirements/test.txt
 install: $(BIN)/.runtime
 	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install --force --offline -p $(INSTALLED) $(CURDIR) >/dev/null
 
-## gcp-extras: what the GCP dynamic inventory (inventories/gcp-mig) needs: google-auth, requests, google.cloud
+## gcp-extras: what the GCP dynamic inventory (inventories/gcp-mig) and the image bake need: google-auth, requests, google.cloud
 gcp-extras: $(BIN)/.runtime
 	$(PIP) -r requirements/gcp.txt
 	ANSIBLE_COLLECTIONS_PATH=$(INSTALLED) $(BIN)/ansible-galaxy collection install -p $(INSTALLED) -r requirements/gcp-collections.yml
