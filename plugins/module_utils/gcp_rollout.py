@@ -72,6 +72,8 @@ def problems(params):
     template = params.get("template") or {}
     name("template_name", template.get("name"), "instance template name")
     name("machine_type", template.get("machine_type"), "machine type (like a4-highgpu-8g)")
+    if template.get("boot_disk_type"):
+        name("boot_disk_type", template["boot_disk_type"], "boot disk type (like hyperdisk-balanced)")
     nics = template.get("network_interfaces") or []
     if not nics:
         say("network_interfaces", "empty; list the instance's network interfaces (an A4 has 2 gVNIC and 8 MRDMA)")

@@ -91,6 +91,7 @@ def test_bad_settings_name_the_variable():
     assert any("interface 3: nic_type 'RDMA' is not one of" in p for p in found)
     assert any("interface 4: network 'a4 rdma; rm -rf /' is not a network name or path" in p for p in found)
     assert any(p.startswith("target_size:") for p in problems(settings(target_size=-2)))
+    assert any(p.startswith("boot_disk_type: 'pd ssd'") for p in problems(settings(**{"template.boot_disk_type": "pd ssd"})))
     assert any(p.startswith("steps:") for p in problems(settings(steps=["abandon", "delete"])))
 
 
