@@ -6,14 +6,21 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import yaml
 from ansible.errors import AnsibleFilterError
+
+try:  # libyaml's parser when PyYAML has it: the specs are read per host
+    from yaml import CSafeLoader as SafeLoader
+except ImportError:  # pragma: no cover
+    from yaml import SafeLoader
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
     interpreter_problems,
     manual_mapping,
+    run_layers,
     source_nvshmem_problems,
     tag_problems,
     validate,
@@ -32,18 +39,32 @@ def role_options():
         path = os.path.join(ROLES, role, "meta", "argument_specs.yml")
         if os.path.isfile(path):
             with open(path) as handle:
-                spec = yaml.safe_load(handle) or {}
+                spec = yaml.load(handle, Loader=SafeLoader) or {}
             options.update(((spec.get("argument_specs") or {}).get("main") or {}).get("options") or {})
     return options
+
+
+def plain_data(value):
+    """The value as plain dicts, lists and scalars. ArgumentSpecValidator deep-copies what it checks; a lazy
+    template container copies its whole templating context with it (seconds per host in site.yml)."""
+    if isinstance(value, Mapping):
+        return dict((plain_data(key), plain_data(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return [plain_data(item) for item in value]
+    for kind in (bool, int, float, str, bytes):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
 
 
 def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]; with ansible_run_tags and
     ansible_skip_tags, also tags that name no layer."""
-    if not isinstance(site_vars, dict):
+    if not isinstance(site_vars, Mapping):
         raise AnsibleFilterError("deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
     # Filters run on the controller, where the cache and the source archives are.
-    return tag_problems(run_tags, skip_tags) + validate(site_vars, os.path.isdir, os.path.exists, role_options())
+    return tag_problems(run_tags, skip_tags) + validate(plain_data(site_vars), os.path.isdir, os.path.exists,
+                                                        role_options())
 
 
 def deepep_manual_mapping(topology, value, gpu_count, hcas):
@@ -87,9 +108,17 @@ def deepep_interpreter_problems(stack, deepep_version, python):
     return interpreter_problems(stack, deepep_version, python)
 
 
+def deepep_run_layers(run_tags, skip_tags=None):
+    """ansible_run_tags, ansible_skip_tags -> the layers this run runs, in order."""
+    for name, tags in (("ansible_run_tags", run_tags), ("ansible_skip_tags", skip_tags)):
+        if tags is not None and (isinstance(tags, (str, Mapping)) or not isinstance(tags, (list, tuple, set))):
+            raise AnsibleFilterError("deepep_run_layers: expected %s as a list of tags, got %r" % (name, tags))
+    return run_layers(list(run_tags or []), list(skip_tags or []))
+
+
 class FilterModule(object):
     def filters(self):
         return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping,
                 "deepep_fanout_roles": deepep_fanout_roles,
                 "deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
-                "deepep_interpreter_problems": deepep_interpreter_problems}
+                "deepep_interpreter_problems": deepep_interpreter_problems, "deepep_run_layers": deepep_run_layers}

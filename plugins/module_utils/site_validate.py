@@ -303,6 +303,31 @@ LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", 
 SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest")
 
 
+# Each layer's own tags as the playbooks set them, and the step tags inside it (--tags deepep_build runs DeepEP).
+LAYERS = (
+    ("doca_ofed", ("doca_ofed", "system"), ()),
+    ("cuda", ("cuda", "system"), ()),
+    ("nvidia_peermapping", ("nvidia_peermapping", "system"), ()),
+    ("gdrcopy", ("gdrcopy", "system"), ()),
+    ("nvshmem_ibgda", ("nvshmem_ibgda",), ()),
+    ("deepep", ("deepep",), ("deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")),
+)
+
+
+def run_layers(run_tags, skip_tags):
+    """The layers whose tasks a run with these --tags / --skip-tags runs, in order (Ansible's rules: "all" and
+    "tagged" select every layer; a layer is left out when --skip-tags names one of its own tags). Lets the
+    checks that guard only the layers under DeepEP stay out of a --tags deepep run."""
+    run, skip = set(run_tags or ["all"]), set(skip_tags or [])
+    selected = []
+    for layer, tags, steps in LAYERS:
+        if skip & set(tags):
+            continue
+        if run & {"all", "tagged"} or run & set(tags + steps):
+            selected.append(layer)
+    return selected
+
+
 def tag_problems(run_tags, skip_tags):
     """--tags / --skip-tags naming no layer: Ansible would silently run only the always-tagged plays (or skip
     nothing) and report success. Returns [problem]."""

@@ -21,12 +21,17 @@ description:
     newest. Hosts in O(targeted) but not in O(hosts) are marked as dropped out of this run.
   - Meant to run once per play on the controller (C(run_once), C(delegate_to) C(localhost)); the playbooks of this
     collection do so at their end.
+  - In check mode nothing is written, neither the page nor the records.
 options:
   dest:
     description: Directory of the report (created). A relative path is taken from the controller's working
-      directory.
+      directory. Leave it out to write only O(records_dir).
     type: path
-    required: true
+  records_dir:
+    description: Also write each record of O(hosts) as O(records_dir)C(/<host>-<source>.json) (created; the
+      C(site.yml) summaries other tools read), in the same call instead of one file task per host. At least one of
+      O(dest) and O(records_dir) is needed.
+    type: path
   source:
     description: What the records are.
     type: str
@@ -72,13 +77,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 html:
-  description: Path of the page.
+  description: Path of the page; null without O(dest).
   returned: always
   type: str
 json:
-  description: Path of the JSON the page is made from.
+  description: Path of the JSON the page is made from; null without O(dest).
   returned: always
   type: str
+records:
+  description: Paths of the per-host records written (or, in check mode, that would be) under O(records_dir).
+  returned: always
+  type: list
+  elements: str
 dropped:
   description: Hosts of O(targeted) without a record in this run.
   returned: always
@@ -136,41 +146,53 @@ def summary_lines(report, names):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            dest=dict(type="path", required=True),
+            dest=dict(type="path"),
+            records_dir=dict(type="path"),
             source=dict(type="str", required=True, choices=list(SOURCES)),
             hosts=dict(type="dict", required=True),
             targeted=dict(type="list", elements="str", default=[]),
             playbook=dict(type="str", default=""),
         ),
+        required_one_of=[("dest", "records_dir")],
         supports_check_mode=True,
     )
-    dest = os.path.abspath(module.params["dest"])
-    paths = {"json": os.path.join(dest, "report.json"), "html": os.path.join(dest, "report.html")}
-    if os.path.exists(dest) and not os.path.isdir(dest):
-        module.fail_json(msg="dest %s exists and is not a directory: set deepep_cluster_report_dir to a directory"
-                         % dest)
+    source = module.params["source"]
+    dest = os.path.abspath(module.params["dest"]) if module.params["dest"] else None
+    records_dir = os.path.abspath(module.params["records_dir"]) if module.params["records_dir"] else None
+    paths = {"json": os.path.join(dest, "report.json"), "html": os.path.join(dest, "report.html")} if dest else {}
+    for option, path, variable in (("dest", dest, "deepep_cluster_report_dir"),
+                                   ("records_dir", records_dir, "deepep_site_report_dir")):
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            module.fail_json(msg="%s %s exists and is not a directory: set %s to a directory" % (option, path, variable))
     hosts = dict((name, record) for name, record in module.params["hosts"].items() if isinstance(record, dict))
     previous = None
-    if os.path.isfile(paths["json"]):
+    if paths and os.path.isfile(paths["json"]):
         try:
             with open(paths["json"]) as handle:
                 previous = json.load(handle)
         except ValueError:
             previous = None  # a report cut off half-written: start again
     at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    report = merge(previous, module.params["source"], module.params["playbook"], at, hosts,
-                   module.params["targeted"], check_mode=module.check_mode)
-    result = dict(changed=True, html=paths["html"], json=paths["json"],
+    report = merge(previous, source, module.params["playbook"], at, hosts, module.params["targeted"],
+                   check_mode=module.check_mode)
+    records = dict((os.path.join(records_dir, "%s-%s.json" % (name, source)), record)
+                   for name, record in sorted(hosts.items())) if records_dir else {}
+    result = dict(changed=True, html=paths.get("html"), json=paths.get("json"), records=sorted(records),
                   dropped=report["runs"][-1]["dropped"],
                   summary=summary_lines(report, set(hosts) | set(report["runs"][-1]["dropped"])))
     if module.check_mode:
         module.exit_json(**result)
     try:
-        os.makedirs(dest, exist_ok=True)
-        _write(paths["json"], json.dumps(report, indent=2, sort_keys=True) + "\n")
-        _write(paths["html"], render_html(report))
+        if records_dir:
+            os.makedirs(records_dir, exist_ok=True)
+            for path, record in records.items():
+                _write(path, json.dumps(record, indent=4, sort_keys=True) + "\n")
+        if dest:
+            os.makedirs(dest, exist_ok=True)
+            _write(paths["json"], json.dumps(report, indent=2, sort_keys=True) + "\n")
+            _write(paths["html"], render_html(report))
     except OSError as exc:
-        module.fail_json(msg="cannot write the report in %s: %s" % (dest, exc), **result)
+        module.fail_json(msg="cannot write the report: %s" % exc, **result)
     module.exit_json(**result)
 
 

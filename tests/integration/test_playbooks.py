@@ -274,3 +274,17 @@ def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, to
     assert "localhost: deepep_python: '%s' is not accepted %s; accepted: an interpreter" % (python, refused) in out
     assert "Nothing was changed." in out and recap(out)["changed"] == 0
     assert "PLAY [System layers" not in out
+
+
+def test_tags_deepep_leaves_the_interpreter_to_deepeps_own_check(tmp_path):
+    # --tags deepep runs no system layer: the preflight play does not read the interpreter; the deepep play's input
+    # check reads it once and refuses V2 with NCCL 2.28.9 (KF31) before DeepEP changes anything.
+    python = make_python_site(tmp_path / "venv", torch="2.11.0+cu130")
+    rc, out = playbook("site.yml", tmp_path, "--tags", "deepep", "-e", json.dumps({
+        "deepep_python": python, "deepep_version": "v2", "deepep_git_ref": "0123abcd", "cuda_version": "13.0"}),
+        machine="gcp_b200")
+    assert rc == 2, out
+    read = out.index("TASK [Read the torch and NCCL of the given interpreter]")
+    assert out[read:].split("TASK [", 2)[1].split("\n", 2)[1].startswith("skipping: [localhost]"), out[read:read + 400]
+    assert "[KF31] DeepEP V2 needs NCCL >= 2.30.4; found 2.28.9" in re.sub(r"\s*\n\s*", " ", out), out
+    assert recap(out)["changed"] == 0

@@ -67,11 +67,43 @@ def playbook_command(*args, playbook="site.yml"):
     return cmd, env
 
 
+def busy_cpu_seconds():
+    """CPU seconds this machine's cores spent busy so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def node_cpu_seconds():
+    """CPU seconds the four containers (sshd, the modules, the builds) used so far, from their cgroups; None
+    where the cgroup layout is not one of the two known."""
+    total = 0.0
+    for node in NODES:
+        path = subprocess.run(["podman", "inspect", "-f", "{{.State.CgroupPath}}", node], capture_output=True,
+                              text=True, check=True).stdout.strip().lstrip("/")
+        v1, v2 = "/sys/fs/cgroup/cpuacct/%s/cpuacct.usage" % path, "/sys/fs/cgroup/%s/cpu.stat" % path
+        if os.path.exists(v1):
+            with open(v1) as handle:
+                total += int(handle.read()) / 1e9
+        elif os.path.exists(v2):
+            with open(v2) as handle:
+                total += int(dict(line.split() for line in handle)["usage_usec"]) / 1e6
+        else:
+            return None
+    return total
+
+
 def run_site(*args):
+    """(rc, output, the change record) of one site.yml run; the record gets the machine's busy CPU seconds during
+    the run and the part of them the nodes used (the rest is the controller's)."""
     # Summaries apart from converge's, which test_every_node_has_the_stack reads.
     cmd, env = playbook_command("-e", "deepep_site_report_dir=%s" % os.path.join(EPHEMERAL, "site-verify"), *args)
+    busy, nodes = busy_cpu_seconds(), node_cpu_seconds()
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    return result.returncode, result.stdout + result.stderr, records(VERIFY_RECORD)[-1]
+    record = records(VERIFY_RECORD)[-1]
+    record["busy_cpu_s"] = round(busy_cpu_seconds() - busy, 1)
+    record["node_cpu_s"] = None if nodes is None else round(node_cpu_seconds() - nodes, 1)
+    return result.returncode, result.stdout + result.stderr, record
 
 
 def set_torch(version, nodes=NODES):
@@ -155,6 +187,14 @@ def test_tags_deepep_after_a_torch_upgrade_on_1_node_then_4():
     save_timing("tags_deepep_rebuild_1_node_s", one["seconds"])
     save_timing("tags_deepep_rebuild_4_nodes_s", four["seconds"])
     save_timing("tags_deepep_4_over_1", round(four["seconds"] / one["seconds"], 2))
+    # Where the time goes on this machine: the CPU the runs kept busy, the nodes' part of it, and the least the
+    # 4-node run could take with that much work on this many cores (its ratio to one node is the floor of 4/1).
+    cores = os.cpu_count()
+    for key, run in (("1_node", one), ("4_nodes", four)):
+        save_timing("tags_deepep_rebuild_%s_busy_cpu_s" % key, run["busy_cpu_s"])
+        save_timing("tags_deepep_rebuild_%s_node_cpu_s" % key, run["node_cpu_s"])
+    save_timing("cores", cores)
+    save_timing("tags_deepep_4_over_1_cpu_floor", round(four["busy_cpu_s"] / cores / one["seconds"], 2))
 
 
 def test_internode_playbook_starts_every_rank_at_once_across_the_containers():

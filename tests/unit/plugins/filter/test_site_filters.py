@@ -16,7 +16,7 @@ NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "me
 
 def test_every_site_filter_is_registered():
     assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_interpreter_problems", "deepep_manual_mapping",
-                               "deepep_site_problems", "deepep_source_nvshmem_problems"]
+                               "deepep_run_layers", "deepep_site_problems", "deepep_source_nvshmem_problems"]
 
 
 # The arguments after the input, for the filters that take some.
@@ -45,3 +45,25 @@ def test_fanout_roles_offline_miss_is_a_filter_error():
     assert FILTERS["deepep_fanout_roles"](plans) == {"n1": "build"}
     with pytest.raises(AnsibleFilterError, match="offline: the cache lacks the build n1"):
         FILTERS["deepep_fanout_roles"](plans, True)
+
+
+@pytest.mark.parametrize("run_tags, skip_tags, layers", [
+    (["all"], [], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep"]),
+    (["deepep"], [], ["deepep"]),
+    (["deepep_build"], [], ["deepep"]),
+    (["all"], ["deepep_verify"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep"]),
+    (["all"], ["system"], ["nvshmem_ibgda", "deepep"]),
+    (["system"], ["cuda"], ["doca_ofed", "nvidia_peermapping", "gdrcopy"]),
+    (["gdrcopy", "nvshmem_ibgda"], [], ["gdrcopy", "nvshmem_ibgda"]),
+    (["preflight"], [], []),
+    (["tagged"], ["deepep"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda"]),
+    ([], None, ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep"]),
+])
+def test_run_layers_follow_ansible_tag_rules(run_tags, skip_tags, layers):
+    assert FILTERS["deepep_run_layers"](run_tags, skip_tags) == layers
+
+
+@pytest.mark.parametrize("run_tags, skip_tags", [("deepep", []), (["deepep"], "deepep_verify"), ({"a": 1}, [])])
+def test_run_layers_refuse_tags_that_are_not_lists(run_tags, skip_tags):
+    with pytest.raises(AnsibleFilterError, match="^deepep_run_layers: expected ansible_(run|skip)_tags as a list"):
+        FILTERS["deepep_run_layers"](run_tags, skip_tags)

@@ -41,3 +41,35 @@ def test_a_dest_that_is_a_file_is_refused(run_module, tmp_path):
     target.write_text("")
     result, failed = run_module(module, {"dest": str(target), "source": "site", "hosts": {}})
     assert failed and "is not a directory: set deepep_cluster_report_dir to a directory" in result["msg"]
+
+
+def test_records_are_written_per_host_in_the_same_call(run_module, tmp_path):
+    records = tmp_path / "site"
+    args = {"records_dir": str(records), "dest": str(tmp_path / "report"), "source": "site",
+            "hosts": {"n1": site_summary(), "n2": site_summary(), "n3": None}}
+    result, failed = run_module(module, args, check_mode=True)
+    assert not failed and result["records"] == [str(records / "n1-site.json"), str(records / "n2-site.json")]
+    assert not records.exists()
+
+    result, failed = run_module(module, args)
+    assert not failed, result
+    assert sorted(p.name for p in records.iterdir()) == ["n1-site.json", "n2-site.json"]
+    assert json.loads((records / "n2-site.json").read_text()) == site_summary()
+
+
+def test_records_alone_write_no_page(run_module, tmp_path):
+    result, failed = run_module(module, {"records_dir": str(tmp_path), "source": "site", "hosts": {"n1": site_summary()}})
+    assert not failed and result["html"] is None and result["json"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n1-site.json"]
+
+
+def test_neither_dest_nor_records_dir_is_refused(run_module):
+    result, failed = run_module(module, {"source": "site", "hosts": {}})
+    assert failed and "one of the following is required: dest, records_dir" in result["msg"]
+
+
+def test_a_records_dir_that_is_a_file_is_refused(run_module, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    result, failed = run_module(module, {"records_dir": str(target), "source": "site", "hosts": {}})
+    assert failed and "records_dir %s exists and is not a directory: set deepep_site_report_dir" % target in result["msg"]
