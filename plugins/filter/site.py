@@ -81,7 +81,15 @@ def deepep_manual_mapping(topology, value, gpu_count, hcas):
 
 
 def deepep_fanout_roles(plans, offline=False):
-    """[{host, fingerprint, needs, cached}] -> {host: none | cache | build | wait}."""
+    """[{host, fingerprint, needs, cached}], or {host: source_build's plan} in play order, -> {host: none | cache |
+    build | wait}."""
+    if isinstance(plans, Mapping):
+        # A host whose plan was skipped (its layer is off there) takes no part.
+        plans = dict((host, plan) for host, plan in plans.items() if not (isinstance(plan, Mapping) and plan.get("skipped")))
+        if not all(isinstance(plan, Mapping) and "action" in plan for plan in plans.values()):
+            raise AnsibleFilterError("deepep_fanout_roles: expected {host: source_build's plan (check mode)}")
+        plans = [{"host": host, "fingerprint": plan.get("fingerprint"), "needs": plan["action"] == "build",
+                  "cached": bool(plan.get("cached"))} for host, plan in plans.items()]
     if not isinstance(plans, list):
         raise AnsibleFilterError("deepep_fanout_roles: expected a list of {host, fingerprint, needs, cached}")
     try:

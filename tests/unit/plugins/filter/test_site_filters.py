@@ -67,3 +67,14 @@ def test_run_layers_follow_ansible_tag_rules(run_tags, skip_tags, layers):
 def test_run_layers_refuse_tags_that_are_not_lists(run_tags, skip_tags):
     with pytest.raises(AnsibleFilterError, match="^deepep_run_layers: expected ansible_(run|skip)_tags as a list"):
         FILTERS["deepep_run_layers"](run_tags, skip_tags)
+
+
+def test_fanout_roles_from_the_registered_plans():
+    plans = {"n1": {"fingerprint": "a", "action": "none", "cached": True},
+             "n2": {"fingerprint": "b", "action": "build", "cached": False},
+             "n3": {"fingerprint": "b", "action": "build"},
+             "n4": {"fingerprint": "a", "action": "build", "cached": True},
+             "n5": {"skipped": True, "changed": False}}  # the layer is off there: no part in the fan-out
+    assert FILTERS["deepep_fanout_roles"](plans) == {"n1": "none", "n2": "build", "n3": "wait", "n4": "cache"}
+    with pytest.raises(AnsibleFilterError, match="expected {host: source_build's plan"):
+        FILTERS["deepep_fanout_roles"]({"n1": {"fingerprint": "a"}})
