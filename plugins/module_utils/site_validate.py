@@ -280,7 +280,8 @@ def interpreter_problems(stack, deepep_version, python):
     torch = (stack.get("torch") or {}).get("version")
     if torch is None:
         return [_problem("deepep_python", python, "an interpreter with torch installed, or '' for the role's venv "
-                         "with deepep_torch_version", "it has no torch")]
+                         "with deepep_torch_version",
+                         "it does not exist" if stack.get("exists") is False else "it has no torch")]
     if deepep_version != "v2":
         return []
     problems = []

@@ -235,6 +235,9 @@ def test_given_interpreter_without_torch_or_too_old_for_v2():
     (problem,) = interpreter_problems(_stack(torch=None), "v1", "/usr/bin/python3")
     assert problem["msg"] == ("deepep_python: '/usr/bin/python3' is not accepted (it has no torch); accepted: an "
                               "interpreter with torch installed, or '' for the role's venv with deepep_torch_version")
+    # torch_stack_info with missing_ok on a path where there is no interpreter.
+    (problem,) = interpreter_problems({"exists": False, "torch": None}, "v1", "/opt/nowhere/python3")
+    assert problem["msg"].startswith("deepep_python: '/opt/nowhere/python3' is not accepted (it does not exist)")
     torch, nccl = interpreter_problems(_stack(torch="2.9.1+cu129", nccl="2.27.5"), "v2", "/p")
     assert "(its torch is 2.9.1+cu129; DeepEP V2 needs torch >= 2.10)" in torch["msg"]
     assert "(its NCCL is 2.27.5; DeepEP V2 needs NCCL >= 2.30.4 (KF31))" in nccl["msg"]
