@@ -11,10 +11,12 @@ module: deepep_env_script
 short_description: Write DeepEP's env script when its content or mode differs, in one call
 version_added: "0.3.0"
 description:
-  - Writes O(content) to O(dest) (atomically: a temporary file in the same directory, then a rename) and sets
-    O(mode), only when the file's content or mode differs. The C(deepep) role renders the script on the
+  - >-
+    Writes O(content) to O(dest) (atomically, through a temporary file in the same directory and a rename) and
+    sets O(mode), only when the file's content or mode differs. The C(deepep) role renders the script on the
     controller from its template and hands it here.
-  - Why not M(ansible.builtin.template): an unchanged file costs it two module runs on the node (a stat, then the
+  - >-
+    Why not M(ansible.builtin.template): an unchanged file costs it two module runs on the node (a stat, then the
     file module for the mode); here an unchanged script is one read.
   - Check mode says whether the script would change and writes nothing; diff mode shows the old and new text.
 author:

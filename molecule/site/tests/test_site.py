@@ -93,13 +93,21 @@ def node_cpu_seconds():
     return total
 
 
-def run_site(*args):
+def run_site(*args, profile=None):
     """(rc, output, the change record) of one site.yml run; the record gets the machine's busy CPU seconds during
-    the run and the part of them the nodes used (the rest is the controller's)."""
+    the run and the part of them the nodes used (the rest is the controller's). profile: a name for the run's task
+    profile (moe_infra.deepep.task_profile's JSON, also beside $SITE_TIMINGS_OUT when set)."""
     # Summaries apart from converge's, which test_every_node_has_the_stack reads.
     cmd, env = playbook_command("-e", "deepep_site_report_dir=%s" % os.path.join(EPHEMERAL, "site-verify"), *args)
+    if profile:
+        os.makedirs(os.path.join(EPHEMERAL, "profiles"), exist_ok=True)
+        env.update(ANSIBLE_CALLBACKS_ENABLED="change_record,moe_infra.deepep.task_profile",
+                   MOE_INFRA_TASK_PROFILE_JSON=os.path.join(EPHEMERAL, "profiles", profile + ".json"))
     busy, nodes = busy_cpu_seconds(), node_cpu_seconds()
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    if profile and os.environ.get("SITE_TIMINGS_OUT"):
+        shutil.copy(env["MOE_INFRA_TASK_PROFILE_JSON"], os.path.join(os.path.dirname(os.environ["SITE_TIMINGS_OUT"]),
+                                                                     "profile-%s.json" % profile))
     record = records(VERIFY_RECORD)[-1]
     record["busy_cpu_s"] = round(busy_cpu_seconds() - busy, 1)
     record["node_cpu_s"] = None if nodes is None else round(node_cpu_seconds() - nodes, 1)
@@ -169,14 +177,15 @@ def test_converge_then_a_rerun_that_changes_nothing():
 def test_tags_deepep_after_a_torch_upgrade_on_1_node_then_4():
     # One node: it builds the new fingerprint and exports it.
     set_torch("2.12.0+cu130")
-    rc, out, one = run_site("--tags", "deepep", "--limit", "node1", "--skip-tags", "deepep_verify")
+    rc, out, one = run_site("--tags", "deepep", "--limit", "node1", "--skip-tags", "deepep_verify",
+                            profile="tags-deepep-1-node")
     assert rc == 0, out[-4000:]
     assert fanout_roles(out) == {"node1": "build"}, out[-4000:]
     assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out
 
     # Four nodes, another torch: one builds, three install the build from the controller cache.
     set_torch("2.13.0+cu130")
-    rc, out, four = run_site("--tags", "deepep", "--skip-tags", "deepep_verify")
+    rc, out, four = run_site("--tags", "deepep", "--skip-tags", "deepep_verify", profile="tags-deepep-4-nodes")
     assert rc == 0, out[-4000:]
     roles = fanout_roles(out)
     assert sorted(roles.values()) == ["build", "wait", "wait", "wait"], roles
