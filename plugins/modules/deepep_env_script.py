@@ -62,9 +62,10 @@ dest:
 
 import os
 import stat
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.files import write_atomic
 
 
 def main():
@@ -90,23 +91,18 @@ def main():
         module.fail_json(msg="dest: %s is a directory; set deepep_env_script to a file path" % dest)
     before, before_mode = None, None
     if os.path.exists(dest):
-        with open(dest, "rb") as handle:
-            before = handle.read().decode("utf-8", "replace")
+        with open(dest) as handle:
+            before = handle.read()
         before_mode = stat.S_IMODE(os.stat(dest).st_mode)
     changed = before != content or before_mode != mode
     result = dict(changed=changed, dest=dest)
     if module._diff and changed:
         result["diff"] = dict(before=before or "", after=content, before_header=dest, after_header=dest)
     if changed and not module.check_mode:
-        handle, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(dest))
         try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(content.encode("utf-8"))
-            os.chmod(tmp, mode)
-            os.rename(tmp, dest)
+            write_atomic(module, dest, content, mode)
+            os.chmod(dest, mode)  # atomic_move keeps an existing file's mode
         except OSError as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
             module.fail_json(msg="cannot write %s: %s" % (dest, exc))
     module.exit_json(**result)
 

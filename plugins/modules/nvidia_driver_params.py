@@ -201,6 +201,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.files import write_atomic
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
     effective_options,
     live_registry_value,
@@ -260,19 +261,6 @@ def read_text(path):
         return None
     with open(path, "r") as handle:
         return handle.read()
-
-
-def write_atomic(module, path, content):
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(content)
-        os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 INITRAMFS_COMMANDS = {
