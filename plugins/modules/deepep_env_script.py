@@ -24,7 +24,8 @@ author:
 options:
   dest:
     description:
-      - The script's path; its directory must exist.
+      - The script's path. Missing parent directories are created (mode 0755), as M(ansible.builtin.template)
+        does.
     type: path
     required: true
   content:
@@ -85,8 +86,6 @@ def main():
     if not 0 <= mode <= 0o7777:
         module.fail_json(msg="mode: %r is not octal permissions like '0644'" % module.params["mode"])
     directory = os.path.dirname(dest) or "."
-    if not os.path.isdir(directory):
-        module.fail_json(msg="dest: the directory %s does not exist" % directory)
     if os.path.isdir(dest):
         module.fail_json(msg="dest: %s is a directory; set deepep_env_script to a file path" % dest)
     before, before_mode = None, None
@@ -100,6 +99,7 @@ def main():
         result["diff"] = dict(before=before or "", after=content, before_header=dest, after_header=dest)
     if changed and not module.check_mode:
         try:
+            os.makedirs(directory, mode=0o755, exist_ok=True)
             write_atomic(module, dest, content, mode)
             os.chmod(dest, mode)  # atomic_move keeps an existing file's mode
         except OSError as exc:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """deepep_env_script writes the script when its content or mode differs, in check mode only says so, shows the
-diff, and refuses a missing directory, a directory as dest and a mode that is not octal."""
+diff, makes missing parent directories, and refuses a directory as dest and a mode that is not octal."""
 from __future__ import annotations
 
 import stat
@@ -46,8 +46,15 @@ def test_new_content_replaces_the_old(run_module, tmp_path):
     assert not failed and result["changed"] and result["diff"]["before"] == "old\n" and dest.read_text() == SCRIPT
 
 
+def test_missing_parent_directories_are_made_outside_check_mode(run_module, tmp_path):
+    dest = tmp_path / "opt" / "deepep" / "env.sh"
+    result, failed = run_module(module, {"dest": str(dest), "content": SCRIPT}, check_mode=True)
+    assert not failed and result["changed"] and not (tmp_path / "opt").exists()
+    result, failed = run_module(module, {"dest": str(dest), "content": SCRIPT})
+    assert not failed and result["changed"] and dest.read_text() == SCRIPT and mode_of(dest.parent) == 0o755
+
+
 @pytest.mark.parametrize("dest, mode, message", [
-    ("missing/env.sh", "0644", "dest: the directory %s/missing does not exist"),
     ("", "0644", "is a directory; set deepep_env_script to a file path"),
     ("env.sh", "rw-r--r--", "mode: 'rw-r--r--' is not octal permissions like '0644'"),
     ("env.sh", "77777", "mode: '77777' is not octal permissions like '0644'"),
