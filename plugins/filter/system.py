@@ -18,6 +18,10 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers imp
     peermapping_decision,
     reboot_plan,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+    desired_settings,
+    subset_driver_params,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.prerequisites import prerequisite_packages
 
 
@@ -29,6 +33,16 @@ def _dict(value, what):
 
 def nvidia_peermapping_decision(params, hca_count=0, force=False):
     return peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
+
+
+def nvidia_driver_params_subset(params, registry_dwords=None, module_params=None):
+    params = _dict(params, "nvidia_driver_params' result (state=query)")
+    wanted = {}
+    for option, values in (("registry_dwords", registry_dwords), ("module_params", module_params)):
+        wanted[option], error = desired_settings(option, _dict(values or {}, option))
+        if error:
+            raise AnsibleFilterError(error)
+    return subset_driver_params(params, wanted["registry_dwords"], wanted["module_params"])
 
 
 def doca_ofed_decision(rdma, policy="auto"):
@@ -77,6 +91,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "nvidia_peermapping_decision": nvidia_peermapping_decision,
+            "nvidia_driver_params_subset": nvidia_driver_params_subset,
             "doca_ofed_decision": doca_ofed_decision,
             "doca_ofed_state": doca_ofed_state,
             "dkms_missing": dkms_missing,

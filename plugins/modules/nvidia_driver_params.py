@@ -196,50 +196,29 @@ msg:
 
 import hashlib
 import os
-import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.files import write_atomic
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+    desired_settings,
     effective_options,
-    live_registry_value,
-    parse_int,
-    parse_params,
     parse_registry_dwords,
+    read_driver_settings,
     read_modprobe_options,
     render_conf,
+    settings_verdict,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import read_attr
 
 HEADER = "# Managed by moe_infra.deepep.nvidia_driver_params. Local edits are overwritten."
-NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
 def desired_values(module, option):
-    values = {}
-    for name, value in module.params[option].items():
-        if option == "module_params" and name.startswith("NVreg_"):
-            name = name[len("NVreg_"):]
-        number = parse_int(value) if not isinstance(value, bool) else None
-        if not NAME_RE.match(name) or number is None or number < 0:
-            module.fail_json(msg="%s: %s=%r is not a setting name with a non-negative integer value "
-                                 "(e.g. PeerMappingOverride: 1)" % (option, name, value))
-        if option == "module_params" and name == "RegistryDwords":
-            module.fail_json(msg="module_params: set RegistryDwords through registry_dwords, not module_params")
-        values[name] = number
+    values, error = desired_settings(option, module.params[option])
+    if error:
+        module.fail_json(msg=error)
     return values
-
-
-def configured_value(options, kind, name):
-    """(value, file) the modprobe configuration gives a setting, or (None, None)."""
-    if kind == "registry_dword":
-        value, path = options.get("NVreg_RegistryDwords", (None, None))
-        dwords = parse_registry_dwords(value)
-        return (dwords.get(name), path) if name in dwords else (None, None)
-    value, path = options.get("NVreg_" + name, (None, None))
-    return (parse_int(value), path) if value is not None else (None, None)
 
 
 def planned_settings(modprobe_dir, conf_path, new_content):
@@ -352,27 +331,8 @@ def main():
         new_content = None
     planned = effective_options(planned_settings(modprobe_dir, conf_path, new_content))
 
-    params_file = os.path.join(module.params["procfs_root"], "driver", "nvidia", "params")
-    params_text = read_attr(params_file)
-    driver_loaded = params_text is not None
-    params, live_dwords = parse_params(params_text)
-
-    settings, mismatched = [], []
-    desired = [("registry_dword", k, v) for k, v in dwords.items()]
-    desired += [("module_param", k, v) for k, v in mparams.items()]
-    for kind, name, value in desired:
-        if not driver_loaded:
-            live = None
-        elif kind == "registry_dword":
-            live = live_registry_value(params, live_dwords, name)
-        else:
-            live = parse_int(params.get(name))
-        configured, configured_in = configured_value(planned, kind, name)
-        settings.append(dict(name=name, kind=kind, desired=value, live=live,
-                             configured=configured, configured_in=configured_in))
-        if (driver_loaded and live != value) or configured != value:
-            mismatched.append(name)
-
+    read = read_driver_settings(module.params["procfs_root"], planned, dwords, mparams)
+    settings = read["settings"]
     if state == "present":
         overridden = [s for s in settings if s["configured"] != s["desired"]]
         if overridden:
@@ -394,36 +354,8 @@ def main():
     initramfs = refresh_initramfs(module, tool, tool_path, new_content or "")
     changed = changed or initramfs["refreshed"]
 
-    all_live = all(s["live"] == s["desired"] for s in settings) if driver_loaded else None
-    all_configured = all(s["configured"] == s["desired"] for s in settings)
-    reboot_required = bool(driver_loaded and settings and any(
-        s["configured"] != s["live"] and s["configured"] == s["desired"] for s in settings))
-    if not settings:
-        msg = "no desired settings given: reported the live RegistryDwords only"
-    elif not driver_loaded:
-        msg = "NVIDIA driver not loaded (%s absent): settings apply when it loads" % params_file
-    elif all_live:
-        msg = "all desired settings are live"
-    elif reboot_required:
-        msg = "configured but not live: %s; reboot (or reload the nvidia module) to apply" % ", ".join(
-            s["name"] for s in settings if s["live"] != s["desired"])
-    else:
-        msg = "not configured and not live: %s" % ", ".join(mismatched)
-    result = dict(
-        changed=changed,
-        driver_loaded=driver_loaded,
-        params_file=params_file,
-        registry_dwords_live=params.get("RegistryDwords", "").strip('"') if driver_loaded else None,
-        settings=settings,
-        live=all_live,
-        configured=all_configured,
-        mismatched=mismatched,
-        reboot_required=reboot_required,
-        conf_file=conf_path,
-        msg=msg,
-        notes=notes,
-        initramfs=initramfs,
-    )
+    verdict = settings_verdict(read["driver_loaded"], read["params_file"], settings)
+    result = dict(read, changed=changed, conf_file=conf_path, notes=notes, initramfs=initramfs, **verdict)
     if module._diff and new_content != before:
         result["diff"] = dict(before=before or "", after=new_content or "",
                               before_header=conf_path, after_header=conf_path)

@@ -302,8 +302,11 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     def outcomes(task):
         return re.findall(r"TASK \[%s\][^\n]*\n(\w+):" % re.escape(task), out)
     # No system layer changed what discovery read (and no reboot): it is not read again.
-    discover = "moe_infra.deepep.preflight : Discover GPUs, RDMA HCAs, the GPU-to-NIC mapping and the CUDA toolkit"
+    discover = ("moe_infra.deepep.preflight : Discover GPUs, RDMA HCAs, the GPU-to-NIC mapping, the CUDA toolkit "
+                "and the driver settings")
     assert outcomes(discover) == ["ok"]
+    # The regkey layer decided from that reading (its settings are among preflight's): no query of its own.
+    assert outcomes("moe_infra.deepep.nvidia_peermapping : Read the live and configured driver settings") == ["skipping"]
     assert outcomes("Discover the node") == ["skipping"]
     build = "moe_infra.deepep.gdrcopy : Summarize the GDRCopy build"
     assert outcomes(build) == ["ok"]  # deepep.yml's GDRCopy play saw gdrcopy_root and left the role out
@@ -328,6 +331,8 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     rc, changed, out = run(node, *site, "--tags", "deepep", "--skip-tags", "deepep_verify", playbook="site.yml")
     assert rc == 0 and changed == 1, out
     assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out
+    # The compiler (a build input) is discovery's reading of this run: gcc is not run a second time.
+    assert outcomes("moe_infra.deepep.deepep : Find the compiler") == ["skipping"], out
 
 
 def test_build_once_install_everywhere(node, tmp_path):

@@ -5,7 +5,7 @@ import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import gpu_nic_topology_info as module
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
-from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import SysfsTree, ib_gids
+from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import SysfsTree, ib_gids, write_nvidia_params
 
 
 def topo(run_module, sysfs, **args):
@@ -137,24 +137,60 @@ def test_check_mode_gives_the_same_answer(run_module, tmp_path):
 
 @pytest.mark.parametrize("name", ["gcp_b200", "gcp_b200_doca", "ib_with_frontend", "h200_no_nics", "no_gpus"])
 def test_node_info_returns_what_each_discovery_module_returns(run_module, tmp_path, name):
-    """deepep_node_info (preflight's one call) gives exactly the four modules' results, on every fixture machine."""
+    """deepep_node_info (preflight's one call) gives exactly the five modules' results, on every fixture machine."""
     from ansible_collections.moe_infra.deepep.plugins.modules import (
-        cuda_toolkit_info, deepep_node_info, nvidia_gpu_info, rdma_hca_info)
+        cuda_toolkit_info, deepep_node_info, nvidia_driver_params, nvidia_gpu_info, rdma_hca_info)
     machines.MACHINES[name](tmp_path)
     sysfs, include, cuda_home = str(tmp_path), [str(tmp_path / "include")], str(tmp_path / "cuda")
+    proc, modprobe = tmp_path / "proc", tmp_path / "modprobe.d"
+    write_nvidia_params(proc, registry_dwords="PeerMappingOverride=1;")
+    modprobe.mkdir()
+    (modprobe / "nvidia-deepep.conf").write_text('options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n')
+    wanted = dict(registry_dwords={"PeerMappingOverride": 1}, module_params={"EnableStreamMemOPs": "1"})
     combined, failed = run_module(deepep_node_info, dict(sysfs_root=sysfs, include_dirs=include, cuda_home=cuda_home,
-                                                         hca_exclude=["^nothing$"]))
+                                                         hca_exclude=["^nothing$"], procfs_root=str(proc),
+                                                         modprobe_dir=str(modprobe), **wanted))
     assert not failed and combined["changed"] is False, combined
     for key, single, args in (
             ("gpu", nvidia_gpu_info, dict(sysfs_root=sysfs)),
             ("rdma", rdma_hca_info, dict(sysfs_root=sysfs, include_dirs=include)),
             ("topology", module, dict(sysfs_root=sysfs, hca_exclude=["^nothing$"])),
-            ("cuda", cuda_toolkit_info, dict(cuda_home=cuda_home))):
+            ("cuda", cuda_toolkit_info, dict(cuda_home=cuda_home)),
+            ("driver_params", nvidia_driver_params, dict(procfs_root=str(proc), modprobe_dir=str(modprobe),
+                                                         state="query", **wanted))):
         alone, failed = run_module(single, args)
         assert not failed, alone
-        expected = {k: v for k, v in alone.items() if k not in ("changed", "invocation")}
+        # nvidia_driver_params' notes and initramfs are about writing its conf file, which a query never does.
+        left_out = ("changed", "invocation") + (("notes", "initramfs") if key == "driver_params" else ())
+        expected = {k: v for k, v in alone.items() if k not in left_out}
         assert combined[key] == expected, key
     assert combined["gpu"]["gpu_count"] == len(combined["topology"]["gpus"])
+    # The regkey is configured and live; EnableStreamMemOPs neither (the fixture's params do not set it).
+    assert combined["driver_params"]["mismatched"] == ["EnableStreamMemOPs"]
+
+
+def test_node_info_reads_the_compiler(run_module, tmp_path, fake_bin):
+    from ansible_collections.moe_infra.deepep.plugins.modules import deepep_node_info
+    fake_bin("gcc", stdout="12.2.0\n")
+    result, failed = run_module(deepep_node_info, dict(sysfs_root=str(tmp_path), procfs_root=str(tmp_path)))
+    assert not failed and result["compiler"] == {"gcc_version": "12.2.0"}, result
+    fake_bin("gcc", stdout="", stderr="gcc: fatal error: no input files", rc=1)
+    result, failed = run_module(deepep_node_info, dict(sysfs_root=str(tmp_path), procfs_root=str(tmp_path)))
+    assert failed and "-dumpfullversion failed (rc 1): gcc: fatal error" in result["msg"], result
+
+
+def test_node_info_without_a_compiler(run_module, tmp_path, monkeypatch):
+    from ansible_collections.moe_infra.deepep.plugins.modules import deepep_node_info
+    monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule.get_bin_path", lambda self, name, *a, **k: None)
+    result, failed = run_module(deepep_node_info, dict(sysfs_root=str(tmp_path), procfs_root=str(tmp_path)))
+    assert not failed and result["compiler"] == {"gcc_version": ""}, result
+    assert result["driver_params"]["driver_loaded"] is False, result
+
+
+def test_node_info_refuses_a_bad_driver_setting(run_module, tmp_path):
+    from ansible_collections.moe_infra.deepep.plugins.modules import deepep_node_info
+    result, failed = run_module(deepep_node_info, dict(sysfs_root=str(tmp_path), registry_dwords={"Peer Mapping": 1}))
+    assert failed and "registry_dwords: Peer Mapping=1 is not a setting name" in result["msg"], result
 
 
 def test_node_info_refuses_a_bad_pattern(run_module, tmp_path):

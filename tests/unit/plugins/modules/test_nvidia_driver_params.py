@@ -213,3 +213,29 @@ def test_initramfs_without_a_tool(run_module, node, tmp_path, initramfs_tool, mo
     assert os.listdir(node[1]) == [] and not stamp.exists()
     result = ok(run_module, node, state="present", initramfs="auto", initramfs_stamp=str(stamp))
     assert result["initramfs"]["tool"] == "none" and not stamp.exists()
+
+
+@pytest.mark.parametrize("state", ["absent", "configured_not_live", "live", "driver_not_loaded", "other_value"])
+def test_a_subset_of_a_query_is_the_query_of_that_subset(run_module, node, state):
+    """The regkey layer reuses preflight's query of more settings (nvidia_driver_params_subset): what it derives
+    must be exactly what its own query of fewer settings returns, in every state of the node."""
+    from ansible_collections.moe_infra.deepep.plugins.filter.system import nvidia_driver_params_subset
+    if state != "driver_not_loaded":
+        write_nvidia_params(node[0], registry_dwords="PeerMappingOverride=1;" if state == "live" else "",
+                            stream_memops=1)
+    if state in ("configured_not_live", "live"):
+        (node[1] / "nvidia-deepep.conf").write_text(OUR_LINE)
+    if state == "other_value":
+        (node[1] / "nvidia-deepep.conf").write_text('options nvidia NVreg_RegistryDwords="PeerMappingOverride=0;"\n')
+    both = ok(run_module, node, registry_dwords=PEER, module_params=STREAM)
+    alone = ok(run_module, node, registry_dwords=PEER)
+    derived = nvidia_driver_params_subset(both, PEER, {})
+    left_out = ("changed", "invocation", "notes", "initramfs")
+    assert {k: v for k, v in derived.items() if k not in left_out} == \
+        {k: v for k, v in alone.items() if k not in left_out}
+    # The layer's decision is made from the derived reading: it must say the same.
+    assert derived["live"] == alone["live"] and derived["reboot_required"] == alone["reboot_required"]
+    # A setting the reading lacks, or another desired value: no answer, the layer reads itself.
+    assert nvidia_driver_params_subset(alone, PEER, STREAM) is None
+    assert nvidia_driver_params_subset(both, {"PeerMappingOverride": 0}, {}) is None
+    assert nvidia_driver_params_subset(both, {"PeerMappingOverride": "0x1"}, {}) is not None
