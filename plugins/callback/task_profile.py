@@ -12,6 +12,10 @@ version_added: "0.3.0"
 description:
   - At the end of a run, prints the wall time of the run, how many tasks started, and the slowest tasks with
     their time (a task that runs on several hosts counts once, from its start to the next task's start).
+  - >-
+    Also prints the CPU the controller spent, in C(ansible-playbook)'s main process (it runs the strategy and
+    handles every result one at a time, the part more forks or cores cannot spread) and in its workers with
+    the connections they ran (C(ssh) clients; with a C(local) connection, the modules too).
   - Needs only ansible-core, so it works on a controller without the bundled collections
     (C(ansible.posix.profile_tasks) does the same where those are installed).
 requirements:
@@ -29,8 +33,9 @@ options:
         key: count
   json:
     description:
-      - Also write every task (its play, its name, its seconds, in the order they started) and the run's wall time
-        to this file as JSON, for benchmarks that add up a play's time.
+      - Also write every task (its play, its name, its seconds, in the order they started), the run's wall time and
+        the controller's CPU seconds (C(controller_main_cpu_s), C(controller_workers_cpu_s)) to this file as JSON,
+        for benchmarks that add up a play's time.
     type: path
     env:
       - name: MOE_INFRA_TASK_PROFILE_JSON
@@ -40,6 +45,7 @@ options:
 """
 
 import json
+import resource
 import time
 
 from ansible.plugins.callback import CallbackBase
@@ -57,6 +63,13 @@ class CallbackModule(CallbackBase):
         self._current = None
         self._play = ""
         self._tasks = []  # [name, seconds, play] in the order they started
+        self._cpu_at_start = self._cpu()
+
+    @staticmethod
+    def _cpu():
+        """(main process, its waited-for children: the workers and what they ran) CPU seconds so far."""
+        main, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return main.ru_utime + main.ru_stime, children.ru_utime + children.ru_stime
 
     def _close_current(self):
         if self._current is not None:
@@ -90,7 +103,12 @@ class CallbackModule(CallbackBase):
                               % (len(self._tasks), wall, min(count, len(self._tasks))))
         for name, seconds, dummy in sorted(self._tasks, key=lambda entry: -entry[1])[:count]:
             self._display.display("%8.2f s  %s" % (seconds, name))
+        main, workers = [now - then for now, then in zip(self._cpu(), self._cpu_at_start)]
+        self._display.display("controller CPU: %.1f s in the main process, %.1f s in the workers and their connections"
+                              % (main, workers))
         if self.get_option("json"):
             with open(self.get_option("json"), "w") as handle:
-                json.dump({"wall": round(wall, 2), "tasks": [{"play": play, "task": name, "seconds": round(seconds, 3)}
-                                                             for name, seconds, play in self._tasks]}, handle, indent=1)
+                json.dump({"wall": round(wall, 2), "controller_main_cpu_s": round(main, 2),
+                           "controller_workers_cpu_s": round(workers, 2),
+                           "tasks": [{"play": play, "task": name, "seconds": round(seconds, 3)}
+                                     for name, seconds, play in self._tasks]}, handle, indent=1)

@@ -41,3 +41,9 @@ def test_the_slowest_task_comes_first(tmp_path):
     assert [(task["play"], task["task"]) for task in written["tasks"]] == [
         ("localhost", "Wait a second"), ("localhost", "Say hello")]
     assert written["tasks"][0]["seconds"] >= 1.0 and written["wall"] >= written["tasks"][0]["seconds"]
+    # The controller's CPU: the main process parsed and ran the play; the workers ran the tasks (a sleep is not
+    # CPU, so less than the wall time); the same figures are printed.
+    assert 0 < written["controller_main_cpu_s"] < written["wall"] + 5, written
+    assert 0 < written["controller_workers_cpu_s"] < written["wall"], written
+    assert re.search(r"controller CPU: [\d.]+ s in the main process, [\d.]+ s in the workers and their connections",
+                     profile), profile
