@@ -325,6 +325,9 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     assert rc == 0 and changed == 0, out
     assert "up to date (fingerprint" in out
     assert (node["tmp"] / "report-relative" / "report.html").is_file()
+    # No layer gave a reason to reboot: the reboot contract is one skipped include, not its ten tasks.
+    assert outcomes("Reboot once if a layer needs it, then verify those layers") == ["skipping"], out
+    assert "Plan the reboot from the layers' record" not in out
 
     # After a torch upgrade, --tags deepep rebuilds DeepEP and touches nothing else.
     make_python_site(node["tmp"] / "venv", torch="2.12.0+cu130")
