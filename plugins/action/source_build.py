@@ -6,6 +6,8 @@
 controller_src: the archive's sha256 is computed here (once per file and run), so the node confirms an up-to-date
 build without the archive being copied or hashed there; the module says `needs_source` when a build needs it.
 controller_cache: whether the controller's build cache holds this fingerprint, without a task of its own.
+controller_artifact: a build of the controller cache is put on the node (its remote temporary directory) and
+installed from there, in the module's own task: no directory and copy tasks, no copy left on the node.
 build_timeout: the module runs in the background (a long build outlives an SSH session) and is checked every
 progress_interval seconds; each check prints the build's phase and elapsed time (not a bare async poll line)."""
 
@@ -73,12 +75,25 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg="build_timeout and progress_interval are whole numbers of seconds "
                                                  "(%s)" % exc)
         progress_log = args.pop("progress_log", None)
+        controller_artifact = args.pop("controller_artifact", None)
+        if controller_artifact:
+            local = self._loader.path_dwim(controller_artifact)
+            if not os.path.isfile(local):
+                return dict(result, failed=True, msg="controller_artifact: %s is not on the controller (the cache "
+                                                     "entry of another node's build)" % controller_artifact)
+            if not self._play_context.check_mode:
+                args["artifact_in"] = self._put_artifact(local)
+            build_timeout = 0  # an install answers at once
+        sent = args.get("artifact_in") if controller_artifact and not self._play_context.check_mode else None
         if build_timeout > 0 and not self._task.async_val and not self._play_context.check_mode:
             module = self._build_in_background(args, task_vars, build_timeout, interval, progress_log)
         else:
             wrap_async = self._task.async_val and not self._connection.has_native_async
             module = self._execute_module(module_name="moe_infra.deepep.source_build", module_args=args,
                                           task_vars=task_vars, wrap_async=wrap_async)
+        if sent and isinstance(module.get("reason"), str):
+            # Its copy on the node was temporary: the reason names where the build came from.
+            module["reason"] = module["reason"].replace(sent, "the controller cache's %s" % os.path.basename(sent))
         if controller_cache and module.get("fingerprint") and not module.get("failed"):
             name = "%s-%s.tar.gz" % (args.get("name"), module["fingerprint"])
             # As fetch and copy read it: a relative directory is the playbook's.
@@ -87,6 +102,15 @@ class ActionModule(ActionBase):
         if not self._task.async_val:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
+
+    def _put_artifact(self, local):
+        """Put the archive into this task's remote temporary directory (removed with it), readable by the user the
+        module runs as; returns its path on the node."""
+        tmpdir = self._connection._shell.tmpdir or self._make_tmp_path()
+        remote = self._connection._shell.join_path(tmpdir, os.path.basename(local))
+        self._transfer_file(local, remote)
+        self._fixup_perms2((tmpdir, remote), execute=False)
+        return remote
 
     def _build_in_background(self, args, task_vars, timeout, interval, log):
         """Start the module as a background job, check it every interval seconds (printing the phase), and return

@@ -111,6 +111,13 @@ options:
       - A directory of verified builds on the controller (C(<name>-<fingerprint>.tar.gz)), handled by the action
         plugin, which returns in RV(cached) whether this fingerprint's archive is there.
     type: path
+  controller_artifact:
+    description:
+      - An archive of a verified build in the controller cache (what another node made with the same inputs),
+        handled by the action plugin, which puts it on the node and installs it as O(artifact_in) (no task of its
+        own, no copy left on the node). In check mode it is not sent, and the install is predicted from
+        O(artifact_in). The install answers at once, so O(build_timeout) does not apply.
+    type: path
   build_timeout:
     description:
       - Seconds the module may run. Above 0 the action plugin runs it in the background (a long build outlives an
@@ -678,6 +685,7 @@ def main():
             build_user=dict(type="str"),
             controller_src=dict(type="path"),
             controller_cache=dict(type="path"),
+            controller_artifact=dict(type="path"),
             src_digest=dict(type="str"),
             read_files=dict(type="list", elements="str", default=[]),
             build_timeout=dict(type="int", default=0),

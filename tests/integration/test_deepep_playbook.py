@@ -375,6 +375,10 @@ def test_build_once_install_everywhere(node, tmp_path):
     assert os.path.isfile(os.path.join(n1, "build.log")) and not os.path.isfile(os.path.join(n1, "install.log"))
     assert os.path.isfile(os.path.join(n2, "install.log"))  # verified there, not built
     assert os.path.isfile(os.path.join(n2, "src", "deep_ep_cpp.py"))
+    # n2 got the build straight from the controller cache in its install task: no copy task, none left behind.
+    assert "installed from the controller cache's deepep-%s.tar.gz" % os.path.basename(n1) in out, out
+    assert "Copy the build made on another host" not in out
+    assert not (tmp_path / "n2" / "opt" / "artifacts").exists()
     # The one build's wheel is installed next to the torch; n2 found it there already (same files, same site).
     installed = node["tmp"] / "venv" / "site-packages" / "deep_ep_cpp.py"
     assert installed.read_text() == open(os.path.join(n1, "src", "deep_ep_cpp.py")).read()
@@ -392,6 +396,8 @@ def test_build_once_install_everywhere(node, tmp_path):
     rc, out = run_inventory(node, fanout + ["-e", "deepep_offline=true", "--limit", "n3"])
     assert rc == 0, out
     assert roles(out) == {"n3": "cache"}, out
+    assert "installed from the controller cache's deepep-%s.tar.gz" % os.path.basename(n1) in out, out
+    assert not (tmp_path / "n3" / "opt" / "artifacts").exists()
     for old in cache.iterdir():
         old.unlink()
     hosts["n4"] = dict(hosts["n1"], deepep_prefix=str(tmp_path / "n4" / "opt"))

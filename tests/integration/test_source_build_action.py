@@ -93,3 +93,29 @@ def test_bad_values_for_the_action_plugin_are_refused(tmp_path):
     rc, out = play(tmp_path, build_task(tmp_path, controller_src=str(not_archive)))
     assert rc == 2 and "is not accepted; accepted: a tar archive" in out, out
     assert not (tmp_path / "opt").exists()
+    rc, out = play(tmp_path, build_task(tmp_path, controller_artifact=str(tmp_path / "cache" / "demo-0.tar.gz")))
+    assert rc == 2 and "controller_artifact: %s is not on the controller" % (tmp_path / "cache" / "demo-0.tar.gz") \
+        in out, out
+    assert not (tmp_path / "opt").exists()
+
+
+def test_a_cached_build_is_sent_and_installed_in_one_task(tmp_path):
+    """controller_artifact: the cache's archive goes to the node's temporary directory and is installed from there;
+    the reason names the cache entry, and nothing of it is left on the node."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "input.txt").write_text("hello\n")
+    first = build_task(tmp_path, prefix=str(tmp_path / "a"), artifact_out=str(tmp_path / "cache" / "demo.tar.gz"))
+    rc, out = play(tmp_path, first)
+    assert rc == 0 and (tmp_path / "cache" / "demo.tar.gz").is_file(), out
+    second = dict(build_task(tmp_path, prefix=str(tmp_path / "b"), artifact_in=str(tmp_path / "b-artifacts" / "x.tar.gz"),
+                             controller_artifact=str(tmp_path / "cache" / "demo.tar.gz")))
+    show = {"ansible.builtin.debug": {"msg": "{{ built.action }}: {{ built.reason }}"}}
+    rc, out = play(tmp_path, second, show)
+    assert rc == 0, out
+    assert "artifact: installed from the controller cache's demo.tar.gz (built once on another node)" in out, out
+    assert os.readlink(str(tmp_path / "b" / "current")) == os.readlink(str(tmp_path / "a" / "current"))
+    assert not (tmp_path / "b-artifacts").exists()
+    # In check mode nothing is sent: the install is predicted from artifact_in, which is not on the node.
+    rc, out = play(tmp_path, dict(second, check_mode=True), show)
+    assert rc == 0 and "ok: [localhost]" in out, out
+
