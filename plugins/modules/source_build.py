@@ -246,6 +246,10 @@ needs_source:
       O(src_digest), other bytes). Outside check mode the module then fails before building anything.
   returned: always
   type: bool
+build_user_exists:
+  description: Whether O(build_user) is a user on this node (the roles create it only when not); null without one.
+  returned: always
+  type: bool
 cached:
   description: With O(controller_cache), whether the controller cache holds this fingerprint's build.
   returned: when O(controller_cache) is set
@@ -406,6 +410,17 @@ class SourceBuild(object):
             shutil.rmtree(path, ignore_errors=True)
 
     # Build --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def user_exists(user):
+        """Whether build_user is on this node (None when no build user is asked for)."""
+        if not user:
+            return None
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            return False
+        return True
 
     def build_account(self):
         """(uid, gid, name) of build_user, or None to run as the module's user."""
@@ -636,6 +651,7 @@ class SourceBuild(object):
             src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
             source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
             artifact=params["artifact_out"], artifact_written=False, needs_source=False, files={},
+            build_user_exists=self.user_exists(params["build_user"]),
         )
         missing = self.source_missing(digest) if action == "build" else None
         if missing:

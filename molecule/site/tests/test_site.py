@@ -199,6 +199,9 @@ def test_tags_deepep_after_a_torch_upgrade_on_1_node_then_4():
         changed = four["changed"][node]
         assert changed and all(DEEPEP_LAYER.match(task) for task in changed), (node, changed)
     assert fanout_roles(out, "GDRCopy") == {}  # nothing under DeepEP was looked at again
+    # The build user the converge made is there: the plan says so, and the account is not touched again.
+    assert not re.search(r"TASK \[moe_infra.deepep.build_fanout : Create the unprivileged build user\][^\n]*\n"
+                         r"(ok|changed):", out), out[-4000:]
     save_timing("tags_deepep_rebuild_1_node_s", one["seconds"])
     save_timing("tags_deepep_rebuild_4_nodes_s", four["seconds"])
     save_timing("tags_deepep_4_over_1", round(four["seconds"] / one["seconds"], 2))

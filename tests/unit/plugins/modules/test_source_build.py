@@ -346,9 +346,13 @@ def test_build_user_that_does_not_exist(run_module, src, tmp_path):
     result = build(run_module, src, tmp_path / "opt", build_user="no-such-user-here", expect_fail=True)
     assert "build_user: no user 'no-such-user-here' on this node" in result["msg"]
     assert not (tmp_path / "opt").exists()
-    # Check mode predicts the build: the layer roles create the user before they build.
+    # Check mode predicts the build, and says the user is missing: the layer roles create it before they build.
     result = build(run_module, src, tmp_path / "opt", build_user="no-such-user-here", check_mode=True)
     assert result["action"] == "build" and not (tmp_path / "opt").exists()
+    assert result["build_user_exists"] is False
+    # A user that is there is reported so (the roles then leave the account alone); none asked for: null.
+    assert build(run_module, src, tmp_path / "opt", build_user=BUILD_USER, check_mode=True)["build_user_exists"] is True
+    assert build(run_module, src, tmp_path / "opt", check_mode=True)["build_user_exists"] is None
 
 
 def test_build_user_checks_an_installed_artifact_and_leaves_it_to_root(run_module, src, tmp_path):
