@@ -118,4 +118,3 @@ def test_a_cached_build_is_sent_and_installed_in_one_task(tmp_path):
     # In check mode nothing is sent: the install is predicted from artifact_in, which is not on the node.
     rc, out = play(tmp_path, dict(second, check_mode=True), show)
     assert rc == 0 and "ok: [localhost]" in out, out
-
