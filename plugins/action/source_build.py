@@ -9,13 +9,23 @@ controller_cache: whether the controller's build cache holds this fingerprint, w
 controller_artifact: a build of the controller cache is put on the node (its remote temporary directory) and
 installed from there, in the module's own task: no directory and copy tasks, no copy left on the node.
 build_timeout: the module runs in the background (a long build outlives an SSH session) and is checked every
-progress_interval seconds; each check prints the build's phase and elapsed time (not a bare async poll line)."""
+progress_interval seconds; each check prints the build's phase and elapsed time (not a bare async poll line) and
+touches the build's heartbeat. A Ctrl-C ends this worker at once (Ansible's workers do not finish their task), so
+the build looks after itself: with nobody checking on it for abandon_after seconds it stops and frees the lock.
+run_by: who runs this (user@controller pid), for the lock record a second run names."""
+
+# A background build stops this long after the last check of its run, at the least.
+ABANDON_MIN_SECONDS = 30
+ABANDON_MISSED_CHECKS = 6
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
+import socket
 import time
+import uuid
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
@@ -76,6 +86,7 @@ class ActionModule(ActionBase):
                                                  "(%s)" % exc)
         progress_log = args.pop("progress_log", None)
         controller_artifact = args.pop("controller_artifact", None)
+        args.setdefault("run_by", "%s@%s pid %d" % (getpass.getuser(), socket.gethostname(), os.getppid()))
         if controller_artifact:
             local = self._loader.path_dwim(controller_artifact)
             if not os.path.isfile(local):
@@ -91,9 +102,15 @@ class ActionModule(ActionBase):
             wrap_async = self._task.async_val and not self._connection.has_native_async
             module = self._execute_module(module_name="moe_infra.deepep.source_build", module_args=args,
                                           task_vars=task_vars, wrap_async=wrap_async)
-        if sent and isinstance(module.get("reason"), str):
-            # Its copy on the node was temporary: the reason names where the build came from.
-            module["reason"] = module["reason"].replace(sent, "the controller cache's %s" % os.path.basename(sent))
+        if sent:
+            # Its copy on the node was temporary: name the cache entry on the controller, which is what to delete.
+            entry = "the controller cache's %s" % os.path.basename(sent)
+            for key in ("reason", "msg"):
+                if isinstance(module.get(key), str):
+                    module[key] = module[key].replace(sent, "%s (%s on the controller)" % (entry, local)
+                                                      if key == "msg" else entry)
+            if module.get("damaged") == sent:
+                module["damaged"] = local
         if controller_cache and module.get("fingerprint") and not module.get("failed"):
             name = "%s-%s.tar.gz" % (args.get("name"), module["fingerprint"])
             # As fetch and copy read it: a relative directory is the playbook's.
@@ -116,6 +133,11 @@ class ActionModule(ActionBase):
         """Start the module as a background job, check it every interval seconds (printing the phase), and return
         its result once it ended."""
         self._task.async_val = timeout  # the job's time limit (this worker's copy of the task)
+        args = dict(args)
+        args.setdefault("abandon_after", max(ABANDON_MIN_SECONDS, ABANDON_MISSED_CHECKS * interval))
+        # One file per run: a run waiting for the lock must not keep another run's abandoned build alive.
+        heartbeat = self._connection._shell.join_path(args["prefix"], ".alive-%s" % uuid.uuid4().hex[:12])
+        args.setdefault("heartbeat", heartbeat)
         try:
             started = self._execute_module(module_name="moe_infra.deepep.source_build", module_args=args,
                                            task_vars=task_vars, wrap_async=True)
@@ -130,7 +152,8 @@ class ActionModule(ActionBase):
             time.sleep(wait)
             wait = interval
             status = self._execute_module(module_name="moe_infra.deepep.source_build_status",
-                                          module_args=dict(results_file=started["results_file"], log=log),
+                                          module_args=dict(results_file=started["results_file"], log=log,
+                                                           heartbeat=heartbeat),
                                           task_vars=task_vars)
             self._remove_tmp_path(self._connection._shell.tmpdir)
             if status.get("failed"):

@@ -53,9 +53,9 @@ options:
   build_command:
     description:
       - Shell command (bash, C(-e -o pipefail)) run in the unpacked source. C(SRC_DIR) and C(INSTALL_DIR)
-        are set in its environment.
+        are set in its environment. Required with O(state=built).
+      - Each command runs in a process group of its own; whatever it leaves running is ended when it returns.
     type: str
-    required: true
   verify_command:
     description:
       - Shell command run after the build with the same environment; the build only becomes C(current)
@@ -154,6 +154,59 @@ options:
         and back to the module's user (root) once it is verified; C(HOME) is a scratch directory beside it.
       - Not part of the fingerprint. Empty or unset, the commands run as the module's user. The user must exist.
     type: str
+  state:
+    description:
+      - V(built) builds (or installs, or switches to) this fingerprint. V(rolled_back) undoes a switch whose build
+        then failed a check that runs against the live path (DeepEP's tests): C(current) goes back to
+        O(rollback_to), or is removed when that is empty (nothing was installed before), and the failed build is
+        reduced to its log, so the next run builds it again instead of switching to it. Nothing happens when
+        C(current) is not O(rollback_from) any more.
+    type: str
+    choices: [built, rolled_back]
+    default: built
+  rollback_from:
+    description: With O(state=rolled_back), the fingerprint whose build failed (RV(fingerprint) of the build run).
+    type: str
+  rollback_to:
+    description:
+      - With O(state=rolled_back), the fingerprint to put back (RV(previous_fingerprint) of the build run); empty
+        when there was none.
+    type: str
+  failure:
+    description: With O(state=rolled_back), what failed, written beside the failed build's log (C(FAILED)).
+    type: str
+  lock_timeout:
+    description:
+      - Seconds to wait for the prefix's lock (C(<prefix>/.lock)) when another run on this node holds it. The lock
+        is held from planning to the switch, so two runs never build, prune or switch one component at once; after
+        the wait the module fails naming the other run (node, pid, start time, fingerprint, controller) and changes
+        nothing. Check mode takes no lock and reports the holder in RV(lock_holder).
+    type: int
+    default: 300
+  abandon_after:
+    description:
+      - Seconds a build may go on with nobody checking on it (its O(heartbeat) file, touched by every status check
+        of the run that started it). When the run is interrupted (Ctrl-C, a killed controller, a
+        lost connection), the build is stopped that long after its last check, reduced to its log and the lock
+        released. 0 never stops it. The action plugin sets it for background builds (O(build_timeout)).
+    type: int
+    default: 0
+  heartbeat:
+    description:
+      - A file of this run (set by the action plugin for background builds, one per run) whose modification time
+        says when the run last checked on the build; removed when the module ends. See O(abandon_after).
+    type: path
+  run_by:
+    description: Who started the run (the controller's user, host and pid; set by the action plugin), in the lock record.
+    type: str
+  network_retries:
+    description: Further tries of a git network step (C(ls-remote), C(fetch)) that failed.
+    type: int
+    default: 3
+  network_retry_delay:
+    description: Seconds before the first retry of a network step; each further retry waits that much longer.
+    type: int
+    default: 5
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -164,6 +217,12 @@ attributes:
     support: none
 notes:
   - The build runs as the user the task runs as; the build tree is owned by that user (KF06).
+  - A failed build (its command, its verification, a damaged archive, a full disk, a build stopped because its run
+    was interrupted) is reduced to its log and a C(FAILED) note; scratch is removed; the message says what was kept,
+    the free space left and that C(current) still points at the previous build.
+  - A damaged source archive or build archive (truncated, not gzip) is named with the fix; nothing is installed
+    from it. Unpacking needs Python's tarfile extraction filter (Python >= 3.9.23, 3.10.18, 3.11.13, 3.12.11,
+    3.13.4); without it the module refuses to unpack.
 """
 
 EXAMPLES = r"""
@@ -254,6 +313,16 @@ cached:
   description: With O(controller_cache), whether the controller cache holds this fingerprint's build.
   returned: when O(controller_cache) is set
   type: bool
+lock_holder:
+  description:
+    - In check mode, the record of the run holding the prefix's lock now (node, pid, since, fingerprint, run_by);
+      null when none. Outside check mode the module holds the lock itself, so it is null.
+  returned: always
+  type: dict
+rolled_back_to:
+  description: With O(state=rolled_back), the fingerprint C(current) points at again; null when it was removed.
+  returned: when O(state=rolled_back)
+  type: str
 files:
   description:
     - O(read_files) that exist in this fingerprint's build directory, by path, with their text. Empty when the
@@ -263,14 +332,18 @@ files:
   sample: {"include/gdrapi.h": "#define GDR_API_MAJOR_VERSION 2\n..."}
 """
 
+import errno
 import json
 import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tarfile
 import time
+import zlib
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -280,6 +353,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
     git_ref_problem,
     git_url_problem,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock, describe, kill_group, process_start
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
     file_digest,
@@ -290,6 +364,22 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint impor
 STAMP = ".moe_infra_stamp.json"
 LOCAL_RECORD_SUFFIX = ".node-record"
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
+# What a failed build keeps: its logs, and the note saying why it failed.
+KEPT_AFTER_FAILURE = ("build.log", "install.log", "FAILED")
+# Scratch beside a build directory; never outlives the module run that made it.
+SCRATCH_SUFFIXES = (".unpack", ".artifact", ".home", ".tar")
+# What a damaged archive raises (gzip's BadGzipFile and lzma's LZMAError are OSErrors).
+ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
+ABANDONED = -1000  # run_logged's status for a build stopped because its run stopped checking on it
+
+
+class BuildFailed(Exception):
+    """A build step failed: the message, and the result fields that go with it."""
+
+    def __init__(self, msg, **extra):
+        super(BuildFailed, self).__init__(msg)
+        self.msg = msg
+        self.extra = extra
 
 
 class SourceBuild(object):
@@ -299,9 +389,43 @@ class SourceBuild(object):
         self.prefix = self.params["prefix"]
         self.builds = os.path.join(self.prefix, "builds")
         self.current = os.path.join(self.prefix, "current")
+        self.lock = PrefixLock(self.prefix)
+        self.build_pgid = None  # the process group of the command running now
+        self.heartbeat = self.params["heartbeat"]
+
+    def beat(self):
+        """The run looks after this build now (its status checks touch the same file)."""
+        if self.heartbeat:
+            with open(self.heartbeat, "a"):
+                pass
+            os.utime(self.heartbeat, None)
+
+    def seconds_since_beat(self):
+        try:
+            return time.time() - os.stat(self.heartbeat).st_mtime
+        except (OSError, TypeError):
+            return 0.0
 
     def fail(self, msg, **extra):
+        self.lock.release()
         self.module.fail_json(msg=msg, **extra)
+
+    # Lock ---------------------------------------------------------------------------------------
+
+    def take_lock(self, action, fp):
+        """Hold the prefix's lock for the rest of the module run (planning to switch), or fail naming its holder."""
+        timeout = self.params["lock_timeout"]
+        holder = self.lock.acquire(timeout, dict(name=self.params["name"], action=action, fingerprint=fp,
+                                                 run_by=self.params["run_by"]))
+        if holder is not None:
+            self.module.fail_json(
+                msg="another run holds %s's lock on this node: %s. Nothing was changed. Wait for it to finish and "
+                    "run again (a build whose run was interrupted stops by itself once nobody checks on it), or raise "
+                    "lock_timeout (waited %d s)" % (self.params["name"], describe(holder), timeout),
+                lock_holder=holder)
+        if self.lock.ended:
+            self.module.warn("ended build process group %d, left running by an interrupted run of %s"
+                             % (self.lock.ended, self.params["name"]))
 
     # Source -------------------------------------------------------------------------------------
 
@@ -318,11 +442,17 @@ class SourceBuild(object):
         return "git:" + self.resolve_git_commit()
 
     def git(self, *args, **kwargs):
+        """git with the network steps (ls-remote, fetch) tried network_retries more times, network_retry_delay apart."""
         git = self.module.get_bin_path("git", required=True)
-        rc, out, err = self.module.run_command([git] + list(args), environ_update={"LC_ALL": "C"}, **kwargs)
-        if rc != 0:
-            self.fail("git %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc, stdout=out, stderr=err)
-        return out.strip()
+        tries = 1 + (self.params["network_retries"] if args[0] in ("ls-remote", "fetch") or "fetch" in args else 0)
+        for attempt in range(1, tries + 1):
+            rc, out, err = self.module.run_command([git] + list(args), environ_update={"LC_ALL": "C"}, **kwargs)
+            if rc == 0:
+                return out.strip()
+            if attempt < tries:
+                time.sleep(self.params["network_retry_delay"] * attempt)
+        self.fail("git %s failed%s: %s" % (" ".join(args), " (%d tries)" % tries if tries > 1 else "",
+                                           (err or out).strip()), rc=rc, stdout=out, stderr=err)
 
     def resolve_git_commit(self):
         ref = self.params["git_ref"]
@@ -354,28 +484,39 @@ class SourceBuild(object):
             tar_path = dest + ".tar"
             self.git("-C", cache, "archive", "--format=tar", "-o", tar_path, commit)
             os.makedirs(dest)
-            with tarfile.open(tar_path) as tar:
-                self._extract_all(tar, dest)
-            os.unlink(tar_path)
+            try:
+                with tarfile.open(tar_path) as tar:
+                    self._extract_all(tar, dest)
+            finally:
+                os.unlink(tar_path)
 
     def extract(self, archive, dest):
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            tops = set(member.name.split("/", 1)[0] for member in members if member.name not in (".", "./"))
-            strip = len(tops) == 1 and any("/" in m.name for m in members)
-            scratch = dest + ".unpack"
-            self._extract_all(tar, scratch)
-        root = os.path.join(scratch, tops.pop()) if strip else scratch
-        os.rename(root, dest)
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch = dest + ".unpack"
+        try:
+            with tarfile.open(archive) as tar:
+                members = tar.getmembers()
+                tops = set(member.name.split("/", 1)[0] for member in members if member.name not in (".", "./"))
+                strip = len(tops) == 1 and any("/" in m.name for m in members)
+                self._extract_all(tar, scratch)
+            root = os.path.join(scratch, tops.pop()) if strip else scratch
+            os.rename(root, dest)
+        except ARCHIVE_ERRORS as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise
+            raise BuildFailed("the source archive %s is damaged (%s): nothing was built from it. Replace it with a "
+                              "good copy and run again" % (archive, damage_text(exc)), damaged=archive)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     @staticmethod
     def _extract_all(tar, dest):
-        # The 'data' filter refuses absolute paths, links out of dest and device files.
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
-        else:
-            tar.extractall(dest)  # Python without extraction filters (< 3.11.4)
+        # The 'data' filter refuses absolute paths, links out of dest, device files and setuid bits. Without it
+        # extraction as root is unsafe: refuse rather than fall back.
+        if not hasattr(tarfile, "data_filter"):
+            raise BuildFailed("this node's Python has no tarfile extraction filter; the modules need Python >= "
+                              "3.9.23, 3.10.18, 3.11.13, 3.12.11 or 3.13.4 (the 2025 tarfile fixes) to unpack "
+                              "sources and builds safely")
+        tar.extractall(dest, filter="data")
 
     # State --------------------------------------------------------------------------------------
 
@@ -441,22 +582,47 @@ class SourceBuild(object):
                 os.lchown(name, uid, gid)
 
     def run_logged(self, command, env, cwd, log):
+        """Run one step in a process group of its own, logged; its exit status, or ABANDONED when the run that
+        started this background build stopped checking on it. Whatever the step leaves running is ended."""
         log.write("$ %s\n" % command)
         log.flush()
-        account, demote = self.build_account(), None
+        account = self.build_account()
+        uid = gid = None
         if account:
             uid, gid, user = account
+            env = dict(env, USER=user, LOGNAME=user)
 
-            def demote():
+        def start():
+            os.setpgid(0, 0)  # one group: the step and all it starts end together
+            if account:
                 os.setgroups([])
                 os.setgid(gid)
                 os.setuid(uid)
-            env = dict(env, USER=user, LOGNAME=user)
-        proc = subprocess.run(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, check=False, preexec_fn=demote)
-        log.write("# exit %d\n" % proc.returncode)
+        proc = subprocess.Popen(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=start)
+        self.build_pgid = proc.pid
+        self.lock.update(build_pgid=proc.pid, build_start=process_start(proc.pid))
+        abandon_after = self.params["abandon_after"]
+        status = None
+        try:
+            while status is None:
+                try:
+                    status = proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    if abandon_after > 0 and self.heartbeat and self.seconds_since_beat() > abandon_after:
+                        kill_group(proc.pid)
+                        proc.wait()
+                        log.write("# stopped: nobody checked on this build for %d s (the run that started it was "
+                                  "interrupted or lost its connection)\n" % abandon_after)
+                        log.flush()
+                        return ABANDONED
+        finally:
+            kill_group(proc.pid)  # leftovers of the step (daemons, background jobs), or the step itself on SIGTERM
+            self.build_pgid = None
+            self.lock.update(build_pgid=None, build_start=None)
+        log.write("# exit %d\n" % status)
         log.flush()
-        return proc.returncode
+        return status
 
     def kept(self):
         previous = self.current_fingerprint()
@@ -466,35 +632,75 @@ class SourceBuild(object):
         with open(path, "r", errors="replace") as handle:
             return "".join(handle.readlines()[-lines:])
 
+    def reduce_to_log(self, build_dir, why):
+        """A failed build keeps its logs and a note saying why, nothing else; its scratch goes too. Returns what that
+        leaves: '<log> kept (N KiB); N GiB free on <prefix>'."""
+        for suffix in SCRATCH_SUFFIXES:
+            if os.path.lexists(build_dir + suffix):
+                shutil.rmtree(build_dir + suffix, ignore_errors=True)
+        if os.path.isdir(build_dir) and not os.path.islink(build_dir):
+            for name in os.listdir(build_dir):
+                if name in KEPT_AFTER_FAILURE:
+                    continue
+                path = os.path.join(build_dir, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+            try:
+                with open(os.path.join(build_dir, "FAILED"), "w") as handle:
+                    handle.write(why.strip() + "\n")
+            except (OSError, IOError):
+                pass  # a full disk: the log says it
+        kept = [n for n in KEPT_AFTER_FAILURE[:2] if os.path.isfile(os.path.join(build_dir, n))]
+        size = sum(os.path.getsize(os.path.join(build_dir, n)) for n in kept)
+        return "the failed build was reduced to its log%s (%s KiB); %s free on the prefix's filesystem" % (
+            " " + os.path.join(build_dir, kept[0]) if kept else "", int(round(size / 1024.0)),
+            free_text(self.prefix))
+
+    def build_env(self, install_dir):
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in self.params["environment"].items()})
+        env.update(SRC_DIR=os.path.join(install_dir, "src"), INSTALL_DIR=install_dir)
+        return env
+
     def build(self, fp, digest, inputs):
         install_dir = os.path.join(self.builds, fp)
         src_dir = os.path.join(install_dir, "src")
         if os.path.lexists(install_dir):
-            # A build of these inputs that never finished (no stamp): start over.
+            # A build of these inputs that never finished (no stamp), or one that failed: start over. Under the
+            # lock, so never another run's build in progress.
             shutil.rmtree(install_dir)
         os.makedirs(install_dir)
-        self.unpack(digest, src_dir)
-        env = dict(os.environ)
-        env.update({k: str(v) for k, v in self.params["environment"].items()})
-        env.update(SRC_DIR=src_dir, INSTALL_DIR=install_dir)
         log_path = os.path.join(install_dir, "build.log")
         account = self.build_account()
         home = install_dir + ".home"
-        if account:
-            # The build user gets its build directory and a scratch HOME, nothing else under the prefix.
-            shutil.rmtree(home, ignore_errors=True)
-            os.makedirs(home)
-            self.chown_tree(install_dir, account[0], account[1])
-            os.lchown(home, account[0], account[1])
-            env["HOME"] = home
         started = time.time()
         try:
-            self._build_steps(fp, env, src_dir, log_path)
-        finally:
+            self.unpack(digest, src_dir)
+            env = self.build_env(install_dir)
             if account:
-                # Verified or not, the tree goes back to root: the build user can change nothing it installed.
-                self.chown_tree(install_dir, os.getuid(), os.getgid())
+                # The build user gets its build directory and a scratch HOME, nothing else under the prefix.
                 shutil.rmtree(home, ignore_errors=True)
+                os.makedirs(home)
+                self.chown_tree(install_dir, account[0], account[1])
+                os.lchown(home, account[0], account[1])
+                env["HOME"] = home
+            try:
+                self._build_steps(fp, env, src_dir, log_path)
+            finally:
+                if account:
+                    # Verified or not, the tree goes back to root: the build user can change nothing it installed.
+                    self.chown_tree(install_dir, os.getuid(), os.getgid())
+                shutil.rmtree(home, ignore_errors=True)
+        except BuildFailed as exc:
+            left = self.reduce_to_log(install_dir, exc.msg)
+            self.fail("%s; %s; %s" % (exc.msg, self.kept(), left), fingerprint=fp, **exc.extra)
+        except (OSError, IOError) as exc:
+            left = self.reduce_to_log(install_dir, str(exc))
+            why = ("no space left on the prefix's filesystem" if exc.errno == errno.ENOSPC else str(exc))
+            self.fail("build of %s failed: %s; %s; %s" % (self.params["name"], why, self.kept(), left),
+                      fingerprint=fp)
         seconds = round(time.time() - started, 1)
         stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),
                      build_seconds=seconds)
@@ -508,44 +714,67 @@ class SourceBuild(object):
         os.rename(tmp, os.path.join(install_dir, STAMP))
         return seconds
 
+    def _step_failed(self, status, what, log_path, fp):
+        if status == ABANDONED:
+            raise BuildFailed("%s of %s stopped: nobody checked on it for %d s (the run that started it was "
+                              "interrupted or lost its connection); see %s"
+                              % (what, self.params["name"], self.params["abandon_after"], log_path),
+                              log=log_path, log_tail=self.tail(log_path))
+        raise BuildFailed("%s of %s failed (exit %d); see %s" % (what, self.params["name"], status, log_path),
+                          log=log_path, log_tail=self.tail(log_path))
+
     def _build_steps(self, fp, env, src_dir, log_path):
         with open(log_path, "w") as log:
             for patch in self.params["patches"]:
-                if self.run_logged("patch -p1 --forward < %s" % _quote(patch), env, src_dir, log) != 0:
-                    self.fail("patch %s does not apply to %s; see %s" % (patch, self.params["name"], log_path),
-                              log=log_path, log_tail=self.tail(log_path))
-            if self.run_logged(self.params["build_command"], env, src_dir, log) != 0:
-                self.fail("build of %s failed; %s; see %s" % (self.params["name"], self.kept(), log_path),
-                          log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
+                status = self.run_logged("patch -p1 --forward < %s" % _quote(patch), env, src_dir, log)
+                if status == ABANDONED:
+                    self._step_failed(status, "patching", log_path, fp)
+                if status != 0:
+                    raise BuildFailed("patch %s does not apply to %s; see %s" % (patch, self.params["name"], log_path),
+                                      log=log_path, log_tail=self.tail(log_path))
+            status = self.run_logged(self.params["build_command"], env, src_dir, log)
+            if status != 0:
+                self._step_failed(status, "build", log_path, fp)
             verify = self.params["verify_command"]
-            if verify and self.run_logged(verify, env, src_dir, log) != 0:
-                self.fail("%s built but its verification failed; %s; see %s"
-                          % (self.params["name"], self.kept(), log_path),
-                          log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
+            if verify:
+                status = self.run_logged(verify, env, src_dir, log)
+                if status != 0:
+                    self._step_failed(status, "verification (the build itself succeeded)", log_path, fp)
 
     def install_artifact(self, fp, artifact):
         """A verified build of these inputs made on another node (build once, fan out): unpacked, its stamp's
         fingerprint checked against this node's, then verified here like a build of its own."""
         install_dir = os.path.join(self.builds, fp)
         scratch = install_dir + ".artifact"
-        shutil.rmtree(scratch, ignore_errors=True)
-        os.makedirs(scratch)
-        with tarfile.open(artifact) as tar:
-            self._extract_all(tar, scratch)
-        stamp = self.read_stamp(scratch)
-        if stamp is None or stamp.get("fingerprint") != fp:
+        try:
             shutil.rmtree(scratch, ignore_errors=True)
-            self.fail("artifact_in: %s holds fingerprint %s, this node's inputs give %s; rebuild the cache entry "
-                      "from a node with the same inputs" % (artifact, (stamp or {}).get("fingerprint"), fp))
-        if os.path.lexists(install_dir):
-            shutil.rmtree(install_dir)
-        os.rename(scratch, install_dir)
+            os.makedirs(scratch)
+            try:
+                with tarfile.open(artifact) as tar:
+                    self._extract_all(tar, scratch)
+            except ARCHIVE_ERRORS as exc:
+                if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                    raise
+                self.fail("artifact_in: the build archive %s is damaged (%s): nothing was installed from it; %s. "
+                          "Delete it and run again: a node with the same inputs builds it anew"
+                          % (artifact, damage_text(exc), self.kept()), damaged=artifact, fingerprint=fp)
+            stamp = self.read_stamp(scratch)
+            if stamp is None or stamp.get("fingerprint") != fp:
+                self.fail("artifact_in: %s holds fingerprint %s, this node's inputs give %s; rebuild the cache entry "
+                          "from a node with the same inputs" % (artifact, (stamp or {}).get("fingerprint"), fp))
+            if os.path.lexists(install_dir):
+                shutil.rmtree(install_dir)
+            os.rename(scratch, install_dir)
+        except (OSError, IOError) as exc:
+            why = "no space left on the prefix's filesystem" if exc.errno == errno.ENOSPC else str(exc)
+            self.fail("installing %s from %s failed: %s; %s; %s" % (self.params["name"], artifact, why, self.kept(),
+                                                                    free_text(self.prefix)), fingerprint=fp)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         verify = self.params["verify_command"]
         if verify:
-            env = dict(os.environ)
-            env.update({k: str(v) for k, v in self.params["environment"].items()})
+            env = self.build_env(install_dir)
             src_dir = os.path.join(install_dir, "src")
-            env.update(SRC_DIR=src_dir, INSTALL_DIR=install_dir)
             log_path = os.path.join(install_dir, "install.log")
             account = self.build_account()
             with open(log_path, "w") as log:
@@ -556,11 +785,12 @@ class SourceBuild(object):
                 finally:
                     if account:
                         self.chown_tree(install_dir, os.getuid(), os.getgid())
-                if status != 0:
-                    os.unlink(os.path.join(install_dir, STAMP))  # not a verified build here
-                    self.fail("%s from %s installed but its verification failed; %s; see %s"
-                              % (self.params["name"], artifact, self.kept(), log_path),
-                              log=log_path, log_tail=self.tail(log_path), fingerprint=fp)
+            if status != 0:
+                msg = "%s from %s installed but its verification failed (exit %s); see %s" % (
+                    self.params["name"], artifact, status, log_path)
+                left = self.reduce_to_log(install_dir, msg)  # not a verified build here
+                self.fail("%s; %s; %s" % (msg, self.kept(), left), log=log_path, log_tail=self.tail(log_path),
+                          fingerprint=fp)
 
     def write_artifact(self, fp, artifact):
         """The verified build as a tar.gz for other nodes with the same inputs; False when already there."""
@@ -600,15 +830,52 @@ class SourceBuild(object):
                     files[rel] = handle.read()
         return files
 
+    def roll_back(self):
+        """state=rolled_back: a build that went live failed a check that runs against the live path (DeepEP's
+        tests): current goes back to rollback_to (or away, when nothing was installed before), and the failed build
+        is reduced to its log, so a rerun builds it again rather than switching to it."""
+        failed, previous = self.params["rollback_from"], self.params["rollback_to"] or None
+        self.take_lock("rolling back", failed)
+        now = self.current_fingerprint()
+        result = dict(changed=False, action="none", fingerprint=now, previous_fingerprint=failed, current=self.current,
+                      rolled_back_to=None, install_dir=os.path.join(self.builds, now) if now else None)
+        if now != failed:
+            result["reason"] = "current is %s, not the failed build %s: nothing to roll back" % (now, failed)
+            return result
+        if previous and self.read_stamp(os.path.join(self.builds, previous)) is None:
+            self.fail("rollback_to: the build %s is not under %s any more (pruned or unfinished); %s stays current: "
+                      "fix what failed and run again" % (previous, self.builds, failed), **result)
+        if not self.module.check_mode:
+            if previous:
+                self.switch_current(previous)
+            else:
+                os.unlink(self.current)
+            why = self.params["failure"] or "its checks failed after it went live"
+            left = self.reduce_to_log(os.path.join(self.builds, failed), why)
+        else:
+            left = "the failed build would be reduced to its log"
+        result.update(changed=True, action="rollback", fingerprint=previous, rolled_back_to=previous,
+                      install_dir=os.path.join(self.builds, previous) if previous else None,
+                      reason="%s: current %s; %s" % (
+                          "rolled back from %s" % failed,
+                          "points at the previous build %s again" % previous if previous
+                          else "removed (nothing was installed before)", left))
+        return result
+
     def run(self):
         params = self.params
+        if params["state"] == "rolled_back":
+            try:
+                return self.roll_back()
+            finally:
+                self.lock.release()
         src = params["src"]
         if self.module.check_mode and src and not params["src_digest"] and not os.path.exists(src):
             # Check mode before the task that copies the source: nothing to hash yet.
             return dict(changed=True, action="build", fingerprint=None, reason="source %s is not on the node yet" % src,
                         install_dir=None, src_dir=None, current=self.current,
                         previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
-                        build_seconds=None, needs_source=True, files={})
+                        build_seconds=None, needs_source=True, files={}, lock_holder=self.lock.holder())
         if not self.module.check_mode:
             self.build_account()  # a missing build user fails before anything is written (the roles create it)
         digest = self.source_digest()
@@ -626,6 +893,20 @@ class SourceBuild(object):
             inputs=params["inputs"],
         )
         fp = fingerprint(inputs)
+        if not self.module.check_mode:
+            # From here to the switch: one run at a time on this prefix. What the plan reads below is read under
+            # the lock, so a build another run finished meanwhile is found, not built again.
+            self.take_lock("building", fp)
+            self.beat()
+        try:
+            return self._run_locked(digest, inputs, fp)
+        finally:
+            self.lock.release()
+            if self.heartbeat and os.path.lexists(self.heartbeat):
+                os.unlink(self.heartbeat)
+
+    def _run_locked(self, digest, inputs, fp):
+        params = self.params
         install_dir = os.path.join(self.builds, fp)
         previous = self.current_fingerprint()
         previous_stamp = self.read_stamp(os.path.join(self.builds, previous)) if previous else None
@@ -645,6 +926,10 @@ class SourceBuild(object):
                 reason = "no previous build"
             else:
                 reason = "inputs changed: " + "; ".join(changed_inputs(previous_stamp.get("inputs"), inputs))
+            failed_note = os.path.join(install_dir, "FAILED")
+            if os.path.isfile(failed_note):
+                with open(failed_note, errors="replace") as handle:
+                    reason += "; an earlier build of these inputs failed: %s" % handle.read().strip()[:300]
 
         result = dict(
             changed=action is not None, action=action or "none", fingerprint=fp, reason=reason, install_dir=install_dir,
@@ -652,6 +937,7 @@ class SourceBuild(object):
             source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
             artifact=params["artifact_out"], artifact_written=False, needs_source=False, files={},
             build_user_exists=self.user_exists(params["build_user"]),
+            lock_holder=self.lock.holder() if self.module.check_mode else None,
         )
         missing = self.source_missing(digest) if action == "build" else None
         if missing:
@@ -677,11 +963,29 @@ class SourceBuild(object):
         return result
 
 
+def damage_text(exc):
+    """The library's words for a damaged archive, with what they mean."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, EOFError) or "end-of-stream" in text or "unexpected end" in text:
+        return "truncated: %s" % text
+    return text
+
+
+def free_text(path):
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return "free space unknown"
+    return "%.1f GiB" % (info.f_bavail * info.f_frsize / float(1 << 30))
+
+
 def _quote(path):
     return "'%s'" % path.replace("'", "'\\''")
 
 
 def main():
+    # A SIGTERM ends the module through its cleanup: the build's process group ended, the lock released.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
@@ -689,7 +993,7 @@ def main():
             git_url=dict(type="str"),
             git_ref=dict(type="str"),
             prefix=dict(type="path", required=True),
-            build_command=dict(type="str", required=True),
+            build_command=dict(type="str"),
             verify_command=dict(type="str"),
             environment=dict(type="dict", default={}),
             inputs=dict(type="dict", default={}),
@@ -707,12 +1011,27 @@ def main():
             build_timeout=dict(type="int", default=0),
             progress_interval=dict(type="int", default=10),
             progress_log=dict(type="path"),
+            lock_timeout=dict(type="int", default=300),
+            abandon_after=dict(type="int", default=0),
+            run_by=dict(type="str"),
+            heartbeat=dict(type="path"),
+            network_retries=dict(type="int", default=3),
+            network_retry_delay=dict(type="int", default=5),
+            state=dict(type="str", default="built", choices=["built", "rolled_back"]),
+            rollback_from=dict(type="str"),
+            rollback_to=dict(type="str"),
+            failure=dict(type="str"),
         ),
         mutually_exclusive=[("src", "git_url")],
-        required_one_of=[("src", "git_url")],
         required_together=[("git_url", "git_ref")],
+        required_if=[("state", "built", ("build_command",)), ("state", "rolled_back", ("rollback_from",))],
         supports_check_mode=True,
     )
+    if module.params["state"] == "built" and not (module.params["src"] or module.params["git_url"]):
+        module.fail_json(msg="one of src or git_url is required: the source to build")
+    for option in ("lock_timeout", "abandon_after", "network_retries", "network_retry_delay"):
+        if module.params[option] < 0:
+            module.fail_json(msg="%s: %s; accepted: 0 or more (seconds, or tries)" % (option, module.params[option]))
     if module.params["keep"] < 1:
         module.fail_json(msg="keep: %s; keep at least 1 build besides current" % module.params["keep"])
     digest = module.params["src_digest"]

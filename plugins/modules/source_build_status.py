@@ -30,6 +30,11 @@ options:
     description: Remove the job file once the job finished.
     type: bool
     default: true
+  heartbeat:
+    description:
+      - The build's heartbeat file (M(moe_infra.deepep.source_build)'s O(moe_infra.deepep.source_build#module:heartbeat)),
+        touched while the job runs: the run still looks after it.
+    type: path
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -89,6 +94,7 @@ def main():
             results_file=dict(type="path", required=True),
             log=dict(type="path"),
             cleanup=dict(type="bool", default=True),
+            heartbeat=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -105,6 +111,9 @@ def main():
     finished = not (data.get("started") and not data.get("finished"))
     if finished and module.params["cleanup"] and not module.check_mode:
         os.unlink(path)
+    heartbeat = module.params["heartbeat"]
+    if heartbeat and not finished and not module.check_mode and os.path.isfile(heartbeat):
+        os.utime(heartbeat, None)  # the run is still looking after this build
     phase = build_phase(read_tail(module.params["log"])) if module.params["log"] else "starting"
     module.exit_json(changed=False, finished=finished, phase=phase, result=data if finished else {})
 
