@@ -29,9 +29,20 @@ options:
     required: true
   wheel:
     description:
-      - The wheel file, or a directory holding exactly one C(.whl) (a build's C(dist/)).
+      - The wheel file, or a directory holding exactly one C(.whl) (a build's C(dist/)). Required with
+        O(state=present).
     type: path
-    required: true
+  state:
+    description:
+      - V(present) installs O(wheel). V(absent) removes the distribution named O(distribution) from the site
+        directory, every file its installed C(RECORD) lists (only files inside that directory) and its
+        C(.dist-info): what undoing a first install of a build that failed its checks needs.
+    type: str
+    choices: [present, absent]
+    default: present
+  distribution:
+    description: With O(state=absent), the distribution's name as in its C(.dist-info) directory (e.g. C(deep_ep)).
+    type: str
   next_to:
     description:
       - Install into the site directory from which the interpreter imports this module.
@@ -59,6 +70,12 @@ EXAMPLES = r"""
   moe_infra.deepep.python_wheel:
     python: /opt/torch/.venv/bin/python3
     wheel: /opt/deepep/deepep/current/src/dist
+
+- name: Take a failed first install back out
+  moe_infra.deepep.python_wheel:
+    python: /opt/torch/.venv/bin/python3
+    state: absent
+    distribution: deep_ep
 """
 
 RETURN = r"""
@@ -91,6 +108,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -164,14 +182,53 @@ def differing(site, expected):
     return out
 
 
+def remove_distribution(module, site, name):
+    """state=absent: the distribution's files (as its installed RECORD lists them, inside site) and its dist-info."""
+    found = sorted(glob.glob(os.path.join(site, "%s-*.dist-info" % name.replace("-", "_"))))
+    if not found:
+        module.exit_json(changed=False, site_dir=site, reason="%s is not installed in %s" % (name, site))
+    if module.check_mode:
+        module.exit_json(changed=True, site_dir=site, reason="would remove %s" % ", ".join(
+            os.path.basename(f) for f in found))
+    root = os.path.realpath(site)
+    removed = 0
+    for dist_info in found:
+        try:
+            with open(os.path.join(dist_info, "RECORD")) as handle:
+                paths = [row[0] for row in csv.reader(handle) if row]
+        except (OSError, IOError):
+            paths = []
+        dirs = set()
+        for rel in paths:
+            target = os.path.normpath(os.path.join(site, rel))
+            if not os.path.realpath(os.path.dirname(target)).startswith(root + os.sep) and \
+                    os.path.realpath(os.path.dirname(target)) != root:
+                continue  # a RECORD entry outside the site directory is not ours to remove
+            if os.path.lexists(target) and not os.path.isdir(target):
+                os.unlink(target)
+                removed += 1
+                dirs.add(os.path.dirname(target))
+        for path in sorted(dirs, key=len, reverse=True):
+            while path.startswith(root + os.sep) and os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
+                path = os.path.dirname(path)
+        if os.path.isdir(dist_info):
+            shutil.rmtree(dist_info)
+    module.exit_json(changed=True, site_dir=site, reason="removed %s (%d files)" % (
+        ", ".join(os.path.basename(f) for f in found), removed))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="path", required=True),
-            wheel=dict(type="path", required=True),
+            wheel=dict(type="path"),
             next_to=dict(type="str", default="torch"),
             pip_args=dict(type="list", elements="str", default=[]),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            distribution=dict(type="str"),
         ),
+        required_if=[("state", "present", ("wheel",)), ("state", "absent", ("distribution",))],
         supports_check_mode=True,
     )
     python, name = module.params["python"], module.params["next_to"]
@@ -187,6 +244,8 @@ def main():
                              "that does, or to '' for the interpreter's own site directory"
                              % (name, python, probe["error"]))
     site = probe["site"]
+    if module.params["state"] == "absent":
+        remove_distribution(module, site, module.params["distribution"])
     wheel, problem = find_wheel(module.params["wheel"])
     if wheel is None:
         if module.check_mode and not os.path.exists(module.params["wheel"]):

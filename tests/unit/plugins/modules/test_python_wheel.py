@@ -81,3 +81,36 @@ def test_next_to_a_single_file_module(run_module, tmp_path):
     result, failed = run_module(module, {"python": python, "wheel": str(dist), "next_to": "single_module"},
                                 check_mode=True)
     assert not failed and result["site_dir"] == str(tmp_path / "venv" / "site-packages"), result
+
+
+def test_state_absent_removes_the_distribution_and_leaves_the_rest(run_module, tmp_path):
+    python = make_python_site(tmp_path / "venv")
+    site = tmp_path / "venv" / "site-packages"
+    result, failed = run_module(module, {"python": python, "wheel": str(build_wheel(python, tmp_path / "src"))})
+    assert not failed and (site / "deep_ep" / "__init__.py").is_file()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the wheel's\n")
+    with open(str(site / "deep_ep-1.2.1.dist-info" / "RECORD"), "a") as handle:
+        handle.write("../../outside.txt,,\n")  # a RECORD entry pointing out of the site directory is left alone
+    absent = {"python": python, "state": "absent", "distribution": "deep_ep"}
+    result, failed = run_module(module, absent, check_mode=True)
+    assert not failed and result["changed"] and (site / "deep_ep").is_dir()
+    result, failed = run_module(module, absent)
+    assert not failed and result["changed"] and "removed deep_ep-1.2.1.dist-info" in result["reason"], result
+    assert not (site / "deep_ep").exists() and not (site / "deep_ep_cpp.py").exists()
+    assert not (site / "deep_ep-1.2.1.dist-info").exists() and outside.is_file() and (site / "torch").is_dir()
+    result, failed = run_module(module, absent)
+    assert not failed and not result["changed"] and "is not installed" in result["reason"]
+
+
+def test_the_fixture_interpreter_puts_pythonpath_before_its_site_packages(run_module, tmp_path):
+    """As a real interpreter does: an import check with PYTHONPATH=<build> must see the build, not an installed
+    wheel (the stand-in once put its site-packages first, so such a check passed on the old wheel)."""
+    python = make_python_site(tmp_path / "venv")
+    run_module(module, {"python": python, "wheel": str(build_wheel(python, tmp_path / "src"))})
+    build = tmp_path / "build"
+    (build / "deep_ep").mkdir(parents=True)
+    (build / "deep_ep" / "__init__.py").write_text("")
+    out = subprocess.run([python, "-c", "import deep_ep; print(deep_ep.__file__)"], cwd="/", capture_output=True,
+                         text=True, check=True, env=dict(os.environ, PYTHONPATH=str(build))).stdout
+    assert out.strip() == str(build / "deep_ep" / "__init__.py")

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tarfile
+import time
 
 import pytest
 
@@ -368,3 +370,194 @@ def test_build_user_checks_an_installed_artifact_and_leaves_it_to_root(run_modul
     assert (tree / "checked-by").read_text().strip() == BUILD_USER
     assert {os.lstat(os.path.join(root, name)).st_uid for root, dirs, files in os.walk(str(tree) + "/")
             for name in dirs + files} == {os.getuid()}
+
+
+# An operator's bad day: each case fails on a module without the lock, the archive checks, the reduction to the
+# log, the heartbeat or the rollback, and leaves the previous build current.
+
+def _two_builds(run_module, src, prefix):
+    first = build(run_module, src, prefix)
+    (src / "input.txt").write_text("hello again\n")
+    return first
+
+
+def test_a_second_run_refuses_while_another_holds_the_lock_naming_it(run_module, src, tmp_path):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
+    prefix = tmp_path / "opt"
+    first = _two_builds(run_module, src, prefix)
+    other = PrefixLock(str(prefix))
+    assert other.acquire(0, dict(name="demo", action="building", fingerprint="f00dfeed00000000",
+                                 run_by="ops@controller pid 4242")) is None
+    try:
+        refused = build(run_module, src, prefix, expect_fail=True, lock_timeout=1)
+        assert "another run holds demo's lock on this node: pid %d on " % os.getpid() in refused["msg"]
+        assert "building demo f00dfeed00000000 (run by ops@controller pid 4242)" in refused["msg"]
+        assert "Nothing was changed" in refused["msg"] and refused["lock_holder"]["run_by"].startswith("ops@")
+        # Nothing was touched: the previous build is current, no build directory of the new inputs.
+        assert current_target(prefix) == "builds/" + first["fingerprint"]
+        assert sorted(os.listdir(str(prefix / "builds"))) == [first["fingerprint"]]
+        # Check mode takes no lock and names the holder.
+        predicted = build(run_module, src, prefix, check_mode=True)
+        assert predicted["lock_holder"]["pid"] == os.getpid()
+    finally:
+        other.release()
+    second = build(run_module, src, prefix)
+    assert second["action"] == "build" and current_target(prefix) == "builds/" + second["fingerprint"]
+    assert not (prefix / ".lock.json").exists()
+
+
+def test_an_unfinished_build_of_another_run_is_not_removed_while_it_holds_the_lock(run_module, src, tmp_path):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
+    prefix = tmp_path / "opt"
+    plan = build(run_module, src, prefix, check_mode=True)
+    in_progress = prefix / "builds" / plan["fingerprint"]
+    (in_progress / "src").mkdir(parents=True)  # no stamp yet: the other run is building
+    other = PrefixLock(str(prefix))
+    other.acquire(0, dict(name="demo", action="building", fingerprint=plan["fingerprint"]))
+    try:
+        build(run_module, src, prefix, expect_fail=True, lock_timeout=0)
+        assert (in_progress / "src").is_dir()
+    finally:
+        other.release()
+    # Once the lock is free the same leftover is debris, and the build starts over.
+    assert build(run_module, src, prefix)["action"] == "build"
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda data: data[:len(data) // 2], "is damaged (truncated: "),
+    (lambda data: b"<html>502 Bad Gateway</html>\n" * 40, "is damaged ("),
+])
+def test_a_damaged_source_archive_is_named_and_leaves_nothing(run_module, src, tmp_path, damage, words):
+    prefix = tmp_path / "opt"
+    first = build(run_module, src, prefix)
+    good = tmp_path / "demo.tar.gz"
+    with tarfile.open(str(good), "w:gz") as tar:
+        tar.add(str(src), arcname="demo")
+        big = tmp_path / "big.bin"
+        big.write_bytes(os.urandom(200000))  # incompressible: a cut lands inside the data
+        tar.add(str(big), arcname="demo/big.bin")
+    bad = tmp_path / "demo-damaged.tar.gz"
+    bad.write_bytes(damage(good.read_bytes()))
+    failed = build(run_module, bad, prefix, expect_fail=True)
+    assert "the source archive %s %s" % (bad, words) in failed["msg"], failed["msg"]
+    assert "nothing was built from it" in failed["msg"] and "Replace it with a good copy" in failed["msg"]
+    assert "current still points at the previous build %s" % first["fingerprint"] in failed["msg"]
+    assert current_target(prefix) == "builds/" + first["fingerprint"]
+    left = prefix / "builds" / failed["fingerprint"]
+    assert sorted(os.listdir(str(left))) == ["FAILED", "build.log"] or sorted(os.listdir(str(left))) == ["FAILED"]
+    assert not [n for n in os.listdir(str(prefix / "builds")) if n.endswith((".unpack", ".home"))]
+    assert build(run_module, good, prefix)["action"] == "build"
+
+
+def test_a_failed_build_is_reduced_to_its_log_and_says_what_is_left(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    first = _two_builds(run_module, src, prefix)
+    failing = BUILD + " && head -c 300000 /dev/zero > big.o && echo 'error: boom' && false"
+    failed = build(run_module, src, prefix, expect_fail=True, build_command=failing)
+    left = prefix / "builds" / failed["fingerprint"]
+    assert "build of demo failed (exit 1); see %s/build.log" % left in failed["msg"]
+    assert "current still points at the previous build %s" % first["fingerprint"] in failed["msg"]
+    assert re.search(r"the failed build was reduced to its log %s/build.log \(\d+ KiB\); [0-9.]+ GiB free" % left,
+                     failed["msg"]), failed["msg"]
+    assert sorted(os.listdir(str(left))) == ["FAILED", "build.log"]
+    assert "error: boom" in (left / "build.log").read_text() and "exit 1" in (left / "FAILED").read_text()
+    # The next run says an earlier build of the same inputs failed, and builds it again.
+    again = build(run_module, src, prefix, check_mode=True, build_command=failing)
+    assert "an earlier build of these inputs failed: build of demo failed (exit 1)" in again["reason"]
+
+
+def test_a_damaged_build_archive_is_named_and_leaves_no_scratch(run_module, src, tmp_path):
+    prefix_a, prefix_b = tmp_path / "a", tmp_path / "b"
+    artifact = tmp_path / "cache" / "demo.tar.gz"
+    made = build(run_module, src, prefix_a, artifact_out=str(artifact))
+    artifact.write_bytes(artifact.read_bytes()[:200])
+    failed = build(run_module, src, prefix_b, expect_fail=True, artifact_in=str(artifact))
+    assert "artifact_in: the build archive %s is damaged (truncated: " % artifact in failed["msg"], failed["msg"]
+    assert "nothing was installed from it" in failed["msg"] and "Delete it and run again" in failed["msg"]
+    assert failed["damaged"] == str(artifact) and failed["fingerprint"] == made["fingerprint"]
+    assert not (prefix_b / "current").exists()
+    assert os.listdir(str(prefix_b / "builds")) == []  # no .artifact scratch, no half-unpacked build
+
+
+def test_a_build_nobody_checks_on_stops_and_frees_the_lock(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    first = _two_builds(run_module, src, prefix)
+    heartbeat = tmp_path / "alive"
+    started = time.time()
+    # The run that started it is gone: nothing touches the heartbeat after the module's own first touch.
+    failed = build(run_module, src, prefix, expect_fail=True, build_command="sleep 5 & sleep 60",
+                   abandon_after=2, heartbeat=str(heartbeat))
+    assert time.time() - started < 30
+    assert "build of demo stopped: nobody checked on it for 2 s" in failed["msg"], failed["msg"]
+    assert "interrupted or lost its connection" in failed["msg"]
+    assert current_target(prefix) == "builds/" + first["fingerprint"]
+    assert "# stopped: nobody checked on this build" in (prefix / "builds" / failed["fingerprint"] / "build.log").read_text()
+    assert not heartbeat.exists() and not (prefix / ".lock.json").exists()
+    # Every process of the build's group was ended (the background sleep too).
+    out = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True, check=False).stdout
+    assert out.strip() == ""
+
+
+def test_a_leftover_background_process_of_a_step_is_ended(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    marker = "sleep 7%d" % (os.getpid() % 10)
+    build(run_module, src, prefix, build_command=BUILD + " && (%s &)" % marker)
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, check=False).stdout
+    assert out.strip() == ""
+
+
+def test_rollback_puts_the_previous_build_back_and_reduces_the_failed_one(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    first = _two_builds(run_module, src, prefix)
+    second = build(run_module, src, prefix)
+    assert current_target(prefix) == "builds/" + second["fingerprint"]
+    undo = dict(name="demo", prefix=str(prefix), state="rolled_back", rollback_from=second["fingerprint"],
+                rollback_to=first["fingerprint"], failure="DeepEP intranode test failed: dispatch_fp8 246 < 255 GB/s")
+    predicted, failed = run_module(module, undo, check_mode=True)
+    assert not failed and predicted["changed"] and current_target(prefix) == "builds/" + second["fingerprint"]
+    done, failed = run_module(module, undo)
+    assert not failed and done["changed"] and done["rolled_back_to"] == first["fingerprint"], done
+    assert current_target(prefix) == "builds/" + first["fingerprint"]
+    assert "rolled back from %s: current points at the previous build %s again" % (
+        second["fingerprint"], first["fingerprint"]) in done["reason"]
+    assert sorted(os.listdir(str(prefix / "builds" / second["fingerprint"]))) == ["FAILED", "build.log"]
+    again, failed = run_module(module, undo)
+    assert not failed and not again["changed"] and "nothing to roll back" in again["reason"]
+    # The next run builds the failed inputs again (no stamp), rather than switching to them.
+    assert build(run_module, src, prefix, check_mode=True)["action"] == "build"
+
+
+def test_rollback_of_a_first_install_removes_current(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    only = build(run_module, src, prefix)
+    done, failed = run_module(module, dict(name="demo", prefix=str(prefix), state="rolled_back",
+                                           rollback_from=only["fingerprint"], rollback_to=""))
+    assert not failed and done["rolled_back_to"] is None and "removed (nothing was installed before)" in done["reason"]
+    assert not os.path.lexists(str(prefix / "current"))
+
+
+def test_git_network_steps_are_retried(run_module, tmp_path, fake_bin):
+    calls = tmp_path / "calls"
+    # A stand-in git whose ls-remote fails twice (a transient 5xx), then answers.
+    fake_bin("git", rc=0)
+    script = tmp_path / "bin" / "git"
+    script.write_text("#!/bin/sh\necho x >> %s\n[ $(wc -l < %s) -ge 3 ] || { echo 'fatal: 502' >&2; exit 128; }\n"
+                      "echo '%s\trefs/heads/main'\n" % (calls, calls, "a" * 40))
+    base = dict(name="demo", prefix=str(tmp_path / "opt"), build_command=BUILD, git_url="https://example.invalid/x",
+                git_ref="main", network_retry_delay=0)
+    result, failed = run_module(module, base, check_mode=True)
+    assert not failed and result["source_digest"] == "git:" + "a" * 40 and calls.read_text().count("x") == 3
+    calls.write_text("")
+    failed, did_fail = run_module(module, dict(base, network_retries=1), check_mode=True)
+    assert did_fail and calls.read_text().count("x") == 2
+    assert "git ls-remote -- https://example.invalid/x main failed (2 tries): fatal: 502" in failed["msg"]
+
+
+def test_extraction_is_refused_without_the_data_filter(run_module, src, tmp_path, monkeypatch):
+    archive = tmp_path / "demo.tar"
+    with tarfile.open(str(archive), "w") as tar:
+        tar.add(str(src), arcname="demo")
+    monkeypatch.delattr(tarfile, "data_filter")
+    failed = build(run_module, archive, tmp_path / "opt", expect_fail=True)
+    assert "no tarfile extraction filter" in failed["msg"] and "3.11.13" in failed["msg"]
+    assert not (tmp_path / "opt" / "current").exists()
