@@ -14,10 +14,6 @@ touches the build's heartbeat. A Ctrl-C ends this worker at once (Ansible's work
 the build looks after itself: with nobody checking on it for abandon_after seconds it stops and frees the lock.
 run_by: who runs this (user@controller pid), for the lock record a second run names."""
 
-# A background build stops this long after the last check of its run, at the least.
-ABANDON_MIN_SECONDS = 30
-ABANDON_MISSED_CHECKS = 6
-
 from __future__ import annotations
 
 import getpass
@@ -36,9 +32,25 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build_progress im
 
 display = Display()
 
+# A background build stops this long after the last check of its run, at the least.
+ABANDON_MIN_SECONDS = 30
+ABANDON_MISSED_CHECKS = 6
+
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
 # (path, size, mtime_ns) -> digest: every host of a run shares one archive, hashed once.
 _DIGESTS = {}
+
+
+def _replaced(value, old, new):
+    """value with old replaced by new in every string it holds (a failure's text appears in msg and in the error
+    summary Ansible displays)."""
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, dict):
+        return type(value)((k, _replaced(v, old, new)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_replaced(v, old, new) for v in value]
+    return value
 
 
 def archive_digest(path):
@@ -105,11 +117,12 @@ class ActionModule(ActionBase):
         if sent:
             # Its copy on the node was temporary: name the cache entry on the controller, which is what to delete.
             entry = "the controller cache's %s" % os.path.basename(sent)
-            for key in ("reason", "msg"):
-                if isinstance(module.get(key), str):
-                    module[key] = module[key].replace(sent, "%s (%s on the controller)" % (entry, local)
-                                                      if key == "msg" else entry)
-            if module.get("damaged") == sent:
+            if module.get("failed") and sent in str(module.get("msg", "")):
+                module.pop("exception", None)  # its summary holds the old text; Ansible makes it anew from msg
+            module = _replaced(module, sent, entry)
+            if isinstance(module.get("msg"), str) and entry in module["msg"]:
+                module["msg"] = module["msg"].replace(entry, "%s (%s on the controller)" % (entry, local), 1)
+            if module.get("damaged") == entry:
                 module["damaged"] = local
         if controller_cache and module.get("fingerprint") and not module.get("failed"):
             name = "%s-%s.tar.gz" % (args.get("name"), module["fingerprint"])

@@ -116,6 +116,17 @@ def deepep_interpreter_problems(stack, deepep_version, python):
     return interpreter_problems(stack, deepep_version, python)
 
 
+def deepep_proxy_env(http_proxy, https_proxy="", no_proxy=""):
+    """The play-level environment for a site behind a proxy: each set value under its lower- and upper-case name
+    (apt and git read the lower-case ones, some tools only the upper-case); {} when none is set."""
+    env = {}
+    for name, value in (("http_proxy", http_proxy), ("https_proxy", https_proxy), ("no_proxy", no_proxy)):
+        value = str(value or "").strip()
+        if value:
+            env[name] = env[name.upper()] = value
+    return env
+
+
 def deepep_run_layers(run_tags, skip_tags=None):
     """ansible_run_tags, ansible_skip_tags -> the layers this run runs, in order."""
     for name, tags in (("ansible_run_tags", run_tags), ("ansible_skip_tags", skip_tags)):
@@ -129,4 +140,5 @@ class FilterModule(object):
         return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping,
                 "deepep_fanout_roles": deepep_fanout_roles,
                 "deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
-                "deepep_interpreter_problems": deepep_interpreter_problems, "deepep_run_layers": deepep_run_layers}
+                "deepep_interpreter_problems": deepep_interpreter_problems, "deepep_run_layers": deepep_run_layers,
+                "deepep_proxy_env": deepep_proxy_env}

@@ -143,6 +143,12 @@ options:
     description: Seconds to wait for each operation (an image of a large disk takes minutes).
     type: int
     default: 1800
+  request_retries:
+    description:
+      - Further tries of a request the API answered with 429 or 503 (or a GET with any 5xx, or a connection that
+        broke), waiting 2, 4, 8 ... seconds; the last answer is reported.
+    type: int
+    default: 3
   variables:
     description: The playbook's variable for each option, so an error names what to set.
     type: dict
@@ -266,18 +272,38 @@ class Compute(object):
             self.module.fail_json(msg="%s %s: %s %s" % (response.request.method, response.url, response.status_code, message))
         return data
 
+    def send(self, method, url, **kwargs):
+        """One request, tried again on a transient answer: 429/503 for any method (the API did not act on it), any
+        5xx or a broken connection for a GET (reading twice is harmless)."""
+        call = self.session.full_get if method == "GET" else self.session.full_post
+        tries = 1 + max(self.module.params["request_retries"], 0)
+        for attempt in range(1, tries + 1):
+            try:
+                response = call(url, **kwargs)
+            except Exception as exc:  # requests' ConnectionError/Timeout (requests may not be importable here)
+                if method != "GET" or attempt == tries or "Connection" not in type(exc).__name__ \
+                        and "Timeout" not in type(exc).__name__:
+                    raise
+                time.sleep(2 ** attempt)
+                continue
+            transient = response.status_code in (429, 503) or method == "GET" and response.status_code >= 500
+            if not transient or attempt == tries:
+                return response
+            time.sleep(2 ** attempt)
+        return response
+
     def get(self, path, allow_missing=False):
-        return self.answer(self.session.full_get(self.url(path)), allow_missing)
+        return self.answer(self.send("GET", self.url(path)), allow_missing)
 
     def post(self, path, body=None, params=None):
-        operation = self.answer(self.session.full_post(self.url(path), json=body, params=params))
+        operation = self.answer(self.send("POST", self.url(path), json=body, params=params))
         deadline = time.time() + self.module.params["operation_timeout"]
         while operation.get("status") != "DONE":
             if time.time() > deadline:
                 self.module.fail_json(msg="%s did not finish in %ss" % (operation.get("name"),
                                                                         self.module.params["operation_timeout"]))
             time.sleep(2)
-            operation = self.answer(self.session.full_get(operation["selfLink"].replace(
+            operation = self.answer(self.send("GET", operation["selfLink"].replace(
                 "https://www.googleapis.com/compute/v1/", API)))
         if operation.get("error"):
             self.module.fail_json(msg="%s failed: %s" % (operation.get("operationType"), operation["error"]))
@@ -301,7 +327,7 @@ def run(module, compute):
                 done[step] = "skipped: the image exists (the instance was baked already)"
                 continue
             result["size_before"] = int(compute.get(mig_path).get("targetSize", 0))
-            members = compute.answer(compute.session.full_post(compute.url(mig_path + "/listManagedInstances")))
+            members = compute.answer(compute.send("POST", compute.url(mig_path + "/listManagedInstances")))
             links = [m.get("instance", "") for m in members.get("managedInstances", [])]
             if not any(same_resource(link, instance_path) for link in links):
                 done[step] = "%s is not a member of %s" % (p["instance"], p["mig"])

@@ -32,6 +32,13 @@ options:
     type: list
     elements: path
     default: [/usr/include]
+  wait_for_active:
+    description:
+      - Seconds to wait, re-reading every 2 s, until every HCA has an C(ACTIVE) port and every C(ACTIVE) Ethernet
+        (RoCE) port has a RoCE v2 IPv4 GID. Right after a reboot the links and their addresses take a while;
+        0 reads once. The module returns what it read last either way (the caller judges it).
+    type: int
+    default: 0
 extends_documentation_fragment:
   - moe_infra.deepep.info_module
 notes:
@@ -144,6 +151,10 @@ dmabuf_data_direct:
   description: Whether that header declares C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT).
   returned: always
   type: bool
+waited_seconds:
+  description: How long the module waited for the ports (O(wait_for_active)); 0 when the first read was ready.
+  returned: always
+  type: float
 mellanox_pci_devices:
   description:
     - PCI addresses of Mellanox (vendor 0x15b3) Ethernet or InfiniBand functions under
@@ -155,9 +166,22 @@ mellanox_pci_devices:
   sample: ["0000:04:00.0"]
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import rdma_info
+
+
+def links_ready(info):
+    """Every HCA has an ACTIVE port, and every ACTIVE RoCE port its RoCE v2 IPv4 GID (what the layers use)."""
+    for hca in info.get("hcas") or []:
+        active = [port for port in hca.get("ports") or [] if port.get("state") == "ACTIVE"]
+        if not active:
+            return False
+        if any(port.get("link_layer") == "Ethernet" and port.get("roce_v2_ipv4_gid_index") is None for port in active):
+            return False
+    return True
 
 
 def main():
@@ -165,10 +189,19 @@ def main():
         argument_spec=dict(
             sysfs_root=dict(type="path", default="/sys"),
             include_dirs=dict(type="list", elements="path", default=["/usr/include"]),
+            wait_for_active=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, **rdma_info(module, module.params["sysfs_root"], module.params["include_dirs"]))
+    started = time.time()
+    deadline = started + max(module.params["wait_for_active"], 0)
+    while True:
+        info = rdma_info(module, module.params["sysfs_root"], module.params["include_dirs"])
+        if links_ready(info) or time.time() >= deadline:
+            break
+        time.sleep(2)
+    waited = time.time() - started
+    module.exit_json(changed=False, waited_seconds=round(waited, 1) if waited >= 1 else 0, **info)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "me
 
 
 def test_every_site_filter_is_registered():
-    assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_interpreter_problems", "deepep_manual_mapping",
+    assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_interpreter_problems", "deepep_manual_mapping", "deepep_proxy_env",
                                "deepep_run_layers", "deepep_site_problems", "deepep_source_nvshmem_problems"]
 
 
@@ -78,3 +78,11 @@ def test_fanout_roles_from_the_registered_plans():
     assert FILTERS["deepep_fanout_roles"](plans) == {"n1": "none", "n2": "build", "n3": "wait", "n4": "cache"}
     with pytest.raises(AnsibleFilterError, match="expected {host: source_build's plan"):
         FILTERS["deepep_fanout_roles"]({"n1": {"fingerprint": "a"}})
+
+
+def test_deepep_proxy_env_sets_both_spellings_of_what_is_set():
+    proxy_env = FilterModule().filters()["deepep_proxy_env"]
+    assert proxy_env("", "", "") == {}
+    assert proxy_env("http://p:3128", "", "localhost,.internal") == {
+        "http_proxy": "http://p:3128", "HTTP_PROXY": "http://p:3128",
+        "no_proxy": "localhost,.internal", "NO_PROXY": "localhost,.internal"}

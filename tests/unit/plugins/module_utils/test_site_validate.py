@@ -402,3 +402,22 @@ def test_types_from_the_role_specs():
 def test_a_variable_already_refused_is_not_named_twice():
     problems = validate({"gdrcopy_build_jobs": "many"}, options={"gdrcopy_build_jobs": {"type": "int"}})
     assert [p["var"] for p in problems] == ["gdrcopy_build_jobs"]
+
+
+@pytest.mark.parametrize("var, value, accepted", [
+    ("deepep_lock_timeout", "-5", "a whole number, 0 or more"),
+    ("deepep_network_retries", "three", "a whole number, 0 or more"),
+    ("deepep_network_retry_delay", 2.5, "a whole number, 0 or more"),
+    ("deepep_http_proxy", "proxy.example.com:3128", "a proxy URL like http://proxy.example.com:3128, or ''"),
+    ("deepep_https_proxy", "http://proxy; rm -rf /", "a proxy URL like http://proxy.example.com:3128, or ''"),
+    ("deepep_no_proxy", "localhost, .internal", "comma-separated hosts, domains or addresses"),
+])
+def test_site_wide_counts_and_proxies(var, value, accepted):
+    found = problems(**{var: value})
+    assert [p["var"] for p in found] == [var] and accepted in found[0]["msg"], found
+
+
+def test_site_wide_counts_and_proxies_that_pass():
+    assert problems(deepep_lock_timeout=0, deepep_network_retries="5", deepep_network_retry_delay=30,
+                    deepep_http_proxy="http://proxy.example.com:3128", deepep_https_proxy="",
+                    deepep_no_proxy="localhost,127.0.0.1,.internal,10.0.0.0/8") == []

@@ -117,3 +117,27 @@ def test_b200_after_doca_enumerates_mlx5(run_module, tmp_path):
     result = info(run_module, tmp_path / "sys")
     assert [h["name"] for h in result["hcas"]] == ["mlx5_%d" % i for i in range(8)]
     assert result["hca_prefix"] == "mlx5"
+
+
+def test_wait_for_active_reads_again_until_the_link_is_up(run_module, tmp_path):
+    """Right after a reboot a port is DOWN for a while: with wait_for_active the module reads again until it is
+    ACTIVE (a thread brings it up 3 s in); without it, one read."""
+    import threading
+    import time
+    tree = SysfsTree(tmp_path)
+    rc = tree.root_complex()
+    rc.bridge("0000:00:01.0").hca("0000:01:00.0", "mlx5_0", [roce_port(1, "eth1", state="DOWN")], netdevs=["eth1"])
+    (state,) = list(tmp_path.glob("devices/**/infiniband/mlx5_0/ports/1/state"))
+    assert info(run_module, tmp_path)["hcas"][0]["ports"][0]["state"] == "DOWN"
+    timer = threading.Timer(3, lambda: state.write_text("4: ACTIVE\n"))
+    timer.start()
+    started = time.time()
+    try:
+        result = info(run_module, tmp_path, wait_for_active=60)
+    finally:
+        timer.cancel()
+    assert result["hcas"][0]["ports"][0]["state"] == "ACTIVE" and 2 <= result["waited_seconds"] < 30
+    assert time.time() - started < 30
+    state.write_text("1: DOWN\n")
+    result = info(run_module, tmp_path, wait_for_active=2)  # gives up and returns what it read
+    assert result["hcas"][0]["ports"][0]["state"] == "DOWN" and result["waited_seconds"] >= 2

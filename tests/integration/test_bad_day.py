@@ -1,0 +1,244 @@
+# -*- coding: utf-8 -*-
+"""An operator's bad day, on the fixture node of test_deepep_playbook.py: one fault at a time injected into a run
+on a node where an earlier build works (deepep.yml, stand-in DeepEP source). Each case checks that the old install
+still works (the env script sourced in a clean shell imports deep_ep from the old build), that the message names
+the cause and what to do, and that a run without the fault recovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
+from ansible_collections.moe_infra.deepep.tests.integration.test_deepep_playbook import (  # noqa: F401 (fixtures)
+    FIXTURES, PLAYBOOK_BIN, REPO, VARIABLES, node, run, run_inventory, shared_inputs)
+
+
+def deepep_archive(tmp_path, name, setup_prefix="", marker=None):
+    """The stand-in DeepEP source, with lines put before its setup.py (a failing or slow build) or a marker file (a
+    new source: another fingerprint)."""
+    tree = tmp_path / ("src-" + name) / "DeepEP"
+    shutil.copytree(os.path.join(FIXTURES, "deepep_src"), str(tree))
+    if setup_prefix:
+        setup = tree / "setup.py"
+        setup.write_text(setup_prefix + setup.read_text())
+    if marker:
+        init = tree / "deep_ep" / "__init__.py"
+        init.write_text(init.read_text() + "MARKER = %r\n" % marker)
+    archive = tmp_path / ("DeepEP-%s.tar.gz" % name)
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(tree), arcname="DeepEP")
+    return archive
+
+
+def live_build(node):
+    """The build the env script's clean shell imports deep_ep from (its directory under builds/), or the error."""
+    script = node["prefix"] / "env.sh"
+    probe = "import deep_ep, os; print(os.path.realpath(deep_ep.__file__))"
+    proc = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", "bash", "-c", '. "$1" && cd / && "$2" -c "$3"', "-",
+                           str(script), node["python"], probe], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return "error: " + proc.stderr.strip()[-300:]
+    path = proc.stdout.strip()
+    builds = str(node["prefix"] / "deepep" / "builds") + "/"
+    return path[len(builds):].split("/")[0] if path.startswith(builds) else path
+
+
+def current(node):
+    link = node["prefix"] / "deepep" / "current"
+    return os.path.basename(os.readlink(str(link))) if os.path.islink(str(link)) else None
+
+
+def installed_wheel(node):
+    """What the wheel next to torch holds (the fixture's extension records its build's marker)."""
+    path = node["tmp"] / "venv" / "site-packages" / "deep_ep" / "__init__.py"
+    text = path.read_text() if path.exists() else ""
+    return text.split("MARKER = ")[1].strip().strip("'") if "MARKER = " in text else "(no marker)"
+
+
+def provisioned(node, tmp_path):
+    """The node with a first build that passed everything: (its fingerprint, the archive of a new source)."""
+    old = deepep_archive(tmp_path, "old", marker="old")
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % old)
+    assert rc == 0, out
+    fp = current(node)
+    assert live_build(node) == fp and installed_wheel(node) == "old"
+    return fp, deepep_archive(tmp_path, "new", marker="new")
+
+
+def assert_old_install_works(node, fp):
+    assert current(node) == fp
+    assert live_build(node) == fp
+    assert installed_wheel(node) == "old"
+
+
+def test_a_build_whose_tests_fail_is_rolled_back_current_wheel_and_env_script(node, tmp_path):
+    fp, new = provisioned(node, tmp_path)
+    env_script = (node["prefix"] / "env.sh").read_text()
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % new, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}')
+    assert rc == 2, out
+    assert "DeepEP intranode test failed: dispatch_fp8 246.63 < 255 GB/s." in out
+    assert "is not live: rolled back from" in out and "points at the previous build %s again" % fp in out, out
+    assert "the wheel: installed" in out and "the env script was not changed" in out
+    assert "Fix the cause and run again" in out
+    assert_old_install_works(node, fp)
+    assert (node["prefix"] / "env.sh").read_text() == env_script
+    failed = [n for n in os.listdir(str(node["prefix"] / "deepep" / "builds")) if n != fp]
+    assert len(failed) == 1
+    assert "dispatch_fp8 246.63 < 255" in (node["prefix"] / "deepep" / "builds" / failed[0] / "FAILED").read_text()
+    # Without the fault: built again (not switched to), tested, live.
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % new)
+    assert rc == 0, out
+    assert current(node) == failed[0] and live_build(node) == failed[0] and installed_wheel(node) == "new"
+
+
+def test_a_first_install_whose_tests_fail_leaves_nothing_live(node, tmp_path):
+    rc, dummy, out = run(node, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}')
+    assert rc == 2, out
+    assert "current removed (nothing was installed before)" in out and "the wheel: removed deep_ep-1.2.1.dist-info" in out
+    assert current(node) is None and installed_wheel(node) == "(no marker)"
+    assert not (node["tmp"] / "venv" / "site-packages" / "deep_ep").exists()
+    assert not (node["prefix"] / "env.sh").exists()
+    rc, dummy, out = run(node)
+    assert rc == 0, out
+    assert live_build(node) == current(node)
+
+
+def test_a_failed_build_is_named_reduced_to_its_log_and_the_old_one_stays(node, tmp_path):
+    fp, dummy = provisioned(node, tmp_path)
+    broken = deepep_archive(tmp_path, "broken", "import sys\nprint('error: nvcc died')\nsys.exit(3)\n", marker="new")
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % broken)
+    assert rc == 2, out
+    assert "build of deepep failed (exit 3)" in out and "current still points at the previous build %s" % fp in out
+    assert "the failed build was reduced to its log" in out and "GiB free on the prefix's filesystem" in out
+    assert_old_install_works(node, fp)
+    failed = [n for n in os.listdir(str(node["prefix"] / "deepep" / "builds")) if n != fp]
+    assert len(failed) == 1
+    assert sorted(os.listdir(str(node["prefix"] / "deepep" / "builds" / failed[0]))) == ["FAILED", "build.log"]
+    assert "error: nvcc died" in (node["prefix"] / "deepep" / "builds" / failed[0] / "build.log").read_text()
+    assert not [n for n in os.listdir(str(node["prefix"] / "deepep" / "builds")) if "." in n]  # no scratch
+    rc, dummy, out = run(node)
+    assert rc == 0, out
+
+
+def test_damaged_source_archives_are_named_and_change_nothing(node, tmp_path):
+    fp, new = provisioned(node, tmp_path)
+    data = new.read_bytes()
+    for name, damaged, words in (("truncated", data[:len(data) // 2], "is damaged (truncated: "),
+                                 ("not-gzip", b"<html>503 Service Unavailable</html>\n" * 50, "is damaged (")):
+        bad = tmp_path / ("DeepEP-%s.tar.gz" % name)
+        bad.write_bytes(damaged)
+        rc, dummy, out = run(node, "-e", "deepep_src=%s" % bad)
+        assert rc == 2, out
+        assert words in out and "nothing was built from it. Replace it with a good copy and run again" in out, out
+        assert_old_install_works(node, fp)
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % new)
+    assert rc == 0, out
+    assert installed_wheel(node) == "new"
+
+
+def test_a_damaged_cache_entry_is_named_on_the_controller_and_leaves_no_scratch(node, tmp_path):
+    cache = tmp_path / "cache"
+    hosts = {}
+    for name in ("n1", "n2"):
+        hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                       "deepep_prefix": str(tmp_path / name / "opt"), "deepep_python": node["python"]}
+    inventory = tmp_path / "nodes.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    fanout = ["-i", str(inventory), "-e", json.dumps({"deepep_cache_dir": str(cache)}), "--skip-tags",
+              "deepep_verify", "--tags", "deepep", "--forks", "1"]
+    rc, out = run_inventory(node, fanout + ["--limit", "n1"])
+    assert rc == 0, out
+    (entry,) = list(cache.iterdir())
+    entry.write_bytes(entry.read_bytes()[:300])  # a copy cut short
+    rc, out = run_inventory(node, fanout + ["--limit", "n2"])
+    assert rc == 2, out
+    flat = " ".join(out.replace("''", "'").split())  # YAML folds and quotes the message
+    assert "the build archive the controller cache's %s (%s on the controller) is damaged (truncated: " % (
+        entry.name, entry) in flat, out
+    assert "ansible-tmp-" not in out  # the temporary copy on the node is never what the operator is told about
+    assert "nothing was installed from it" in out and "Delete it and run again" in out
+    builds = tmp_path / "n2" / "opt" / "deepep" / "builds"
+    assert not (tmp_path / "n2" / "opt" / "deepep" / "current").exists() and os.listdir(str(builds)) == []
+    entry.unlink()
+    rc, out = run_inventory(node, fanout + ["--limit", "n2"])
+    assert rc == 0, out
+
+
+def test_a_second_run_refuses_naming_the_run_that_holds_the_lock(node, tmp_path):
+    fp, new = provisioned(node, tmp_path)
+    other = PrefixLock(str(node["prefix"] / "deepep"))
+    other.acquire(0, dict(name="deepep", action="building", fingerprint="0123456789abcdef", run_by="ops@ctl pid 7"))
+    try:
+        rc, dummy, out = run(node, "-e", "deepep_src=%s" % new, "-e", "deepep_lock_timeout=2")
+    finally:
+        other.release()
+    assert rc == 2, out
+    assert "another run holds deepep's lock on this node: pid %d on " % os.getpid() in out
+    assert "building deepep 0123456789abcdef (run by ops@ctl pid 7)" in out and "Nothing was changed" in out
+    assert_old_install_works(node, fp)
+    assert os.listdir(str(node["prefix"] / "deepep" / "builds")) == [fp]
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % new)
+    assert rc == 0, out
+
+
+def test_ctrl_c_stops_the_background_build_and_a_rerun_waits_for_it(node, tmp_path):
+    fp, new = provisioned(node, tmp_path)
+    slow = deepep_archive(tmp_path, "slow", "import time\nprint('[ 10%] compiling', flush=True)\ntime.sleep(300)\n",
+                          marker="slow")
+    variables = dict(VARIABLES(node), deepep_src=str(slow))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+    cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), os.path.join(REPO, "playbooks",
+                                                                                      "deepep.yml"),
+           "-e", json.dumps(variables)]
+    log = tmp_path / "interrupted.log"
+    with open(str(log), "w") as handle:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    builds = node["prefix"] / "deepep" / "builds"
+    deadline = time.time() + 240
+    started = None
+    while time.time() < deadline and started is None:
+        time.sleep(1)
+        for name in os.listdir(str(builds)):
+            if name != fp and "[ 10%] compiling" in _read(builds / name / "build.log"):
+                started = name
+    assert started, log.read_text()
+    os.killpg(proc.pid, signal.SIGINT)  # the operator's Ctrl-C reaches the whole foreground group
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    interrupted_at = time.time()
+    # The build goes on for a while (nobody can tell it at once); a rerun at once waits for it, then builds.
+    rc, dummy, out = run(node, "-e", "deepep_src=%s" % new)
+    assert rc == 0, out
+    assert time.time() - interrupted_at < 200
+    assert "stopped: nobody checked on this build" in _read(builds / started / "build.log")
+    assert sorted(os.listdir(str(builds / started))) == ["FAILED", "build.log"]
+    assert installed_wheel(node) == "new" and live_build(node) == current(node) != fp
+    assert not _processes_matching("time.sleep(300)")
+
+
+def _read(path):
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _processes_matching(text):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                    if text.encode() in handle.read():
+                        found.append(pid)
+            except OSError:
+                pass
+    return found

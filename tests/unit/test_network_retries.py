@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+"""Every task of the roles that reaches the network (apt, pip, downloads) retries a transient failure, with the
+site's count and delay (deepep_network_retries, deepep_network_retry_delay); every play that changes nodes takes
+the site's proxy settings. At fleet scale one mirror hiccup would otherwise drop a node."""
+from __future__ import annotations
+
+import glob
+import os
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NETWORK_MODULES = ("ansible.builtin.apt", "ansible.builtin.pip", "ansible.builtin.get_url", "ansible.builtin.git",
+                   "ansible.builtin.uri", "ansible.builtin.apt_key", "ansible.builtin.apt_repository")
+
+
+def tasks(items):
+    for task in items or []:
+        if not isinstance(task, dict):
+            continue
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from tasks(task.get(key))
+
+
+def network_tasks():
+    found = []
+    for path in sorted(glob.glob(os.path.join(REPO, "roles", "*", "tasks", "*.yml"))):
+        with open(path) as handle:
+            for task in tasks(yaml.safe_load(handle)):
+                module = next((m for m in NETWORK_MODULES if m in task), None)
+                if module:
+                    found.append((os.path.relpath(path, REPO), task.get("name"), task))
+    return found
+
+
+def test_the_roles_network_tasks_are_found():
+    names = [name for dummy, name, dummy in network_tasks()]
+    assert len(names) >= 10 and "Install the pinned torch into the role's venv" in names
+
+
+def test_every_network_task_retries_with_the_site_settings():
+    missing = [(path, name) for path, name, task in network_tasks()
+               if not (str(task.get("until", "")).startswith(task.get("register", "?") + " is succeeded")
+                       and task.get("retries") == "{{ deepep_network_retries | default(3) }}"
+                       and task.get("delay") == "{{ deepep_network_retry_delay | default(10) }}")]
+    assert missing == []
+
+
+def test_every_play_that_changes_nodes_takes_the_proxy_settings():
+    plays = {}
+    for name in ("system.yml", "deepep.yml"):
+        with open(os.path.join(REPO, "playbooks", name)) as handle:
+            for play in yaml.safe_load(handle):
+                if "roles" in play or "tasks" in play:
+                    plays[(name, play["name"])] = play.get("environment", "")
+    changing = [key for key in plays if any(word in key[1] for word in ("System layers,", "Python environment",
+                                                                        "GDRCopy", "NVSHMEM", "DeepEP"))
+                and not key[1].startswith("Check")]
+    assert len(changing) == 5, plays.keys()
+    assert [key for key in changing if "deepep_proxy_env" not in plays[key]] == []
