@@ -37,7 +37,7 @@ options:
     default: /
   explain:
     description:
-      - The output of an apt or dpkg run that failed (the apt task's C(stdout) and C(stderr)): each maintainer script
+      - The output of an apt or dpkg run that failed (the apt task's C(stdout) and C(stderr)). Each maintainer script
         failure in it is returned in RV(script_failures), so the message names the package and what its script said.
     type: str
 attributes:

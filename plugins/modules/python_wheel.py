@@ -36,7 +36,7 @@ options:
     description:
       - V(present) installs O(wheel). V(absent) removes the distribution named O(distribution) from the site
         directory, every file its installed C(RECORD) lists (only files inside that directory) and its
-        C(.dist-info): what undoing a first install of a build that failed its checks needs.
+        C(.dist-info). That is what undoing a first install of a build that failed its checks needs.
     type: str
     choices: [present, absent]
     default: present

@@ -157,7 +157,7 @@ options:
   state:
     description:
       - V(built) builds (or installs, or switches to) this fingerprint. V(rolled_back) undoes a switch whose build
-        then failed a check that runs against the live path (DeepEP's tests): C(current) goes back to
+        then failed a check that runs against the live path (DeepEP's tests). C(current) goes back to
         O(rollback_to), or is removed when that is empty (nothing was installed before), and the failed build is
         reduced to its log, so the next run builds it again instead of switching to it. Nothing happens when
         C(current) is not O(rollback_from) any more.

@@ -33,7 +33,7 @@ options:
   heartbeat:
     description:
       - The build's heartbeat file (M(moe_infra.deepep.source_build)'s O(moe_infra.deepep.source_build#module:heartbeat)),
-        touched while the job runs: the run still looks after it.
+        touched while the job runs (the run still looks after it).
     type: path
 attributes:
   check_mode:
