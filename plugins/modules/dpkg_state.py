@@ -87,7 +87,10 @@ script_failures:
   returned: always
   type: list
   elements: dict
-  sample: [{package: mlnx-ofed-kernel-dkms, reason: "installed mlnx-ofed-kernel-dkms package post-installation script subprocess returned error exit status 10", output: "Error! Your kernel headers ..."}]
+  sample:
+    - package: mlnx-ofed-kernel-dkms
+      reason: installed mlnx-ofed-kernel-dkms package post-installation script subprocess returned error exit status 10
+      output: "Error! Bad return status for module build on kernel: 6.8.0-1015-gcp (x86_64)"
 repairs:
   description: The commands run (or, in check mode, that would run) to repair it.
   returned: always

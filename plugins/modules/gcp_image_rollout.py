@@ -432,6 +432,7 @@ def main():
             labels=dict(type="dict", default={}), metadata=dict(type="dict", default={}))),
         target_size=dict(type="int"),
         operation_timeout=dict(type="int", default=1800),
+        request_retries=dict(type="int", default=3),
         variables=dict(type="dict", default={}),
         auth_kind=dict(type="str", required=True, choices=["application", "machineaccount", "serviceaccount", "accesstoken"]),
         service_account_file=dict(type="path"),

@@ -340,7 +340,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 import zlib
@@ -983,9 +982,13 @@ def _quote(path):
     return "'%s'" % path.replace("'", "'\\''")
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main():
     # A SIGTERM ends the module through its cleanup: the build's process group ended, the lock released.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, _terminated)
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),

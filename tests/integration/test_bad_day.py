@@ -19,7 +19,8 @@ import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
 from ansible_collections.moe_infra.deepep.tests.fixtures.dpkg_root import PACKAGE, make_broken_dpkg_root
-from ansible_collections.moe_infra.deepep.tests.integration.test_deepep_playbook import (  # noqa: F401 (fixtures)
+# node and shared_inputs are pytest fixtures: imported to be used by name.
+from ansible_collections.moe_infra.deepep.tests.integration.test_deepep_playbook import (  # noqa: F401  pylint: disable=unused-import
     FIXTURES, PLAYBOOK_BIN, REPO, VARIABLES, node, run, run_inventory, shared_inputs)
 
 
