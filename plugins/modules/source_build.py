@@ -339,7 +339,6 @@ import pwd
 import re
 import shutil
 import signal
-import subprocess
 import tarfile
 import time
 import zlib
@@ -591,32 +590,31 @@ class SourceBuild(object):
             uid, gid, user = account
             env = dict(env, USER=user, LOGNAME=user)
 
-        def start():
-            os.setpgid(0, 0)  # one group: the step and all it starts end together
-            if account:
-                os.setgroups([])
-                os.setgid(gid)
-                os.setuid(uid)
-        proc = subprocess.Popen(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=start)
-        self.build_pgid = proc.pid
-        self.lock.update(build_pgid=proc.pid, build_start=process_start(proc.pid))
+        pid = spawn_in_own_group(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd, env, log,
+                                 (uid, gid) if account else None)
+        self.build_pgid = pid
+        self.lock.update(build_pgid=pid, build_start=process_start(pid))
         abandon_after = self.params["abandon_after"]
         status = None
+        pause = 0.02  # a quick step answers at once; a long one is looked at every second
         try:
             while status is None:
-                try:
-                    status = proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    if abandon_after > 0 and self.heartbeat and self.seconds_since_beat() > abandon_after:
-                        kill_group(proc.pid)
-                        proc.wait()
-                        log.write("# stopped: nobody checked on this build for %d s (the run that started it was "
-                                  "interrupted or lost its connection)\n" % abandon_after)
-                        log.flush()
-                        return ABANDONED
+                status = exit_status(pid, wait=False)
+                if status is not None:
+                    break
+                if abandon_after > 0 and self.heartbeat and self.seconds_since_beat() > abandon_after:
+                    kill_group(pid)
+                    status = exit_status(pid, wait=True)
+                    log.write("# stopped: nobody checked on this build for %d s (the run that started it was "
+                              "interrupted or lost its connection)\n" % abandon_after)
+                    log.flush()
+                    return ABANDONED
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
         finally:
-            kill_group(proc.pid)  # leftovers of the step (daemons, background jobs), or the step itself on SIGTERM
+            kill_group(pid)  # leftovers of the step (daemons, background jobs), or the step itself on SIGTERM
+            if status is None:
+                exit_status(pid, wait=True)
             self.build_pgid = None
             self.lock.update(build_pgid=None, build_start=None)
         log.write("# exit %d\n" % status)
@@ -960,6 +958,41 @@ class SourceBuild(object):
             result["changed"] = result["changed"] or result["artifact_written"]
         result["files"] = self.read_files(install_dir)
         return result
+
+
+def spawn_in_own_group(argv, cwd, env, log, demote_to=None):
+    """Start argv with its output in log, in a process group of its own (the step and all it starts end together),
+    as (uid, gid) when given; returns its pid. The module's own descriptors (the lock) are close-on-exec."""
+    log.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.setpgid(0, 0)
+            if demote_to:
+                os.setgroups([])
+                os.setgid(demote_to[1])
+                os.setuid(demote_to[0])
+            os.chdir(cwd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            os.execve(argv[0], argv, env)
+        except BaseException as exc:  # pylint: disable=broad-except
+            os.write(2, ("cannot start %s: %s\n" % (argv[0], exc)).encode())
+        finally:
+            os._exit(127)
+    return pid
+
+
+def exit_status(pid, wait):
+    """The child's exit status like a shell's (128 + signal when killed), or None while it runs (wait=False)."""
+    done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+    if done == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
 
 
 def damage_text(exc):
