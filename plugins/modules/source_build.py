@@ -421,6 +421,11 @@ class SourceBuild(object):
                     "run again (a build whose run was interrupted stops by itself once nobody checks on it), or raise "
                     "lock_timeout (waited %d s)" % (self.params["name"], describe(holder), timeout),
                 lock_holder=holder)
+        # Heartbeats of earlier runs that were killed outright: no build of theirs runs (we hold the lock).
+        for name in os.listdir(self.prefix):
+            path = os.path.join(self.prefix, name)
+            if name.startswith(".alive-") and path != self.heartbeat and os.path.isfile(path):
+                os.unlink(path)
         if self.lock.ended:
             self.module.warn("ended build process group %d, left running by an interrupted run of %s"
                              % (self.lock.ended, self.params["name"]))
