@@ -152,6 +152,10 @@ options:
       - Run the patches, O(build_command) and O(verify_command) as this (unprivileged) user, so a hostile source
         tree cannot write outside its build directory. The build directory is handed to the user for the build
         and back to the module's user (root) once it is verified; C(HOME) is a scratch directory beside it.
+      - After each command every process of the build user that the command started is ended, also those that left
+        its process group (C(setsid)); the tree is handed back without following a link (each directory opened
+        with C(O_NOFOLLOW) from its parent), with no write bit for group and others and no setuid, setgid or
+        sticky bit, and FIFOs and sockets removed. O(read_files) never reads through a link.
       - Not part of the fingerprint. Empty or unset, the commands run as the module's user. The user must exist.
     type: str
   state:
@@ -339,6 +343,7 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import tarfile
 import time
 import zlib
@@ -579,10 +584,17 @@ class SourceBuild(object):
         return entry.pw_uid, entry.pw_gid, user
 
     @staticmethod
-    def chown_tree(path, uid, gid):
-        for root, dirs, files in os.walk(path):
-            for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                os.lchown(name, uid, gid)
+    def chown_tree(path, uid, gid, sanitize=False):
+        """Give the tree to uid:gid without following a link: each directory is opened with O_NOFOLLOW relative to
+        its parent's descriptor, so a directory swapped for a symlink is never entered. sanitize (the hand-back
+        to root): no write bit for group and others, no setuid/setgid/sticky bit, and FIFOs and sockets (nothing a
+        build installs) removed."""
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            _own(top, uid, gid, sanitize)
+            _own_tree(top, uid, gid, sanitize)
+        finally:
+            os.close(top)
 
     def run_logged(self, command, env, cwd, log):
         """Run one step in a process group of its own, logged; its exit status, or ABANDONED when the run that
@@ -594,7 +606,11 @@ class SourceBuild(object):
         if account:
             uid, gid, user = account
             env = dict(env, USER=user, LOGNAME=user)
+        # Marks every process of this step (escaped ones too) so that exactly these are ended afterwards.
+        marker = "MOE_INFRA_BUILD_STEP=%d.%d" % (os.getpid(), time.time() * 1e6)
+        env = dict(env, MOE_INFRA_BUILD_STEP=marker.split("=", 1)[1])
 
+        began = boot_ticks_now()
         pid = spawn_in_own_group(["/bin/bash", "-e", "-o", "pipefail", "-c", command], cwd, env, log,
                                  (uid, gid) if account else None)
         self.build_pgid = pid
@@ -620,6 +636,9 @@ class SourceBuild(object):
             kill_group(pid)  # leftovers of the step (daemons, background jobs), or the step itself on SIGTERM
             if status is None:
                 exit_status(pid, wait=True)
+            if account:
+                # Escaped ones too (setsid): nothing of the build user may run on while its tree is handed back.
+                end_processes_of(uid, began, marker)
             self.build_pgid = None
             self.lock.update(build_pgid=None, build_start=None)
         log.write("# exit %d\n" % status)
@@ -692,8 +711,9 @@ class SourceBuild(object):
                 self._build_steps(fp, env, src_dir, log_path)
             finally:
                 if account:
-                    # Verified or not, the tree goes back to root: the build user can change nothing it installed.
-                    self.chown_tree(install_dir, os.getuid(), os.getgid())
+                    # Verified or not, the tree goes back to root: the build user can change nothing it installed,
+                    # and no other user can write what DeepEP's users put on their PYTHONPATH.
+                    self.chown_tree(install_dir, os.getuid(), os.getgid(), sanitize=True)
                 shutil.rmtree(home, ignore_errors=True)
         except BuildFailed as exc:
             left = self.reduce_to_log(install_dir, exc.msg)
@@ -786,7 +806,7 @@ class SourceBuild(object):
                     status = self.run_logged(verify, env, src_dir, log)
                 finally:
                     if account:
-                        self.chown_tree(install_dir, os.getuid(), os.getgid())
+                        self.chown_tree(install_dir, os.getuid(), os.getgid(), sanitize=True)
             if status != 0:
                 msg = "%s from %s installed but its verification failed (exit %s); see %s" % (
                     self.params["name"], artifact, status, log_path)
@@ -824,12 +844,13 @@ class SourceBuild(object):
         return None
 
     def read_files(self, build_dir):
+        """read_files of the build, never through a link (a build could plant one to a root-only file): every
+        component below the build directory is opened with O_NOFOLLOW."""
         files = {}
         for rel in self.params["read_files"]:
-            path = os.path.normpath(os.path.join(build_dir, rel))
-            if os.path.isfile(path):
-                with open(path, "r", errors="replace") as handle:
-                    files[rel] = handle.read()
+            text = read_no_follow(build_dir, rel)
+            if text is not None:
+                files[rel] = text
         return files
 
     def roll_back(self):
@@ -963,6 +984,101 @@ class SourceBuild(object):
             result["changed"] = result["changed"] or result["artifact_written"]
         result["files"] = self.read_files(install_dir)
         return result
+
+
+SAFE_MODE_MASK = ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH) & 0o7777
+
+
+def _own(fd, uid, gid, sanitize):
+    os.fchown(fd, uid, gid)
+    if sanitize:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & ~SAFE_MODE_MASK:
+            os.fchmod(fd, mode & SAFE_MODE_MASK)
+
+
+def _own_tree(dir_fd, uid, gid, sanitize):
+    for name in os.listdir(dir_fd):
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        elif stat.S_ISDIR(info.st_mode):
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                _own(sub, uid, gid, sanitize)
+                _own_tree(sub, uid, gid, sanitize)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(info.st_mode):
+            handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            try:
+                _own(handle, uid, gid, sanitize)
+            finally:
+                os.close(handle)
+        elif sanitize:
+            os.unlink(name, dir_fd=dir_fd)  # a FIFO or socket left by the build
+        else:
+            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def read_no_follow(root, rel):
+    """The text of root/rel, or None when it is missing, not a regular file, or reached through a symlink."""
+    parts = [p for p in os.path.normpath(rel).split(os.sep) if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        handle = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    os.close(fd)
+    with os.fdopen(handle, "rb") as reader:
+        if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
+            return None
+        return reader.read().decode("utf-8", "replace")
+
+
+def boot_ticks_now():
+    """Now, in the clock ticks since boot that /proc/<pid>/stat counts process start times in (one tick early)."""
+    try:
+        with open("/proc/uptime") as handle:
+            return max(int(float(handle.read().split()[0]) * os.sysconf("SC_CLK_TCK")) - 1, 0)
+    except (OSError, ValueError):
+        return None
+
+
+def end_processes_of(uid, since, marker):
+    """SIGKILL every process of uid that started at or after since (clock ticks since boot) and carries this
+    step's marker in its environment: what a build step left, in its process group or escaped from it (setsid, a
+    double fork). The user's other processes (another component's build, older ones) are left alone."""
+    ended = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid:
+                continue
+            with open("/proc/%s/environ" % name, "rb") as handle:
+                if marker.encode() not in handle.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        started = process_start(int(name))
+        if started is not None and since is not None and int(started) >= int(since):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                ended.append(int(name))
+            except OSError:
+                pass
+    return ended
 
 
 def spawn_in_own_group(argv, cwd, env, log, demote_to=None):

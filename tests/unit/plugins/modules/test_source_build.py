@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import subprocess
 import tarfile
@@ -561,3 +562,52 @@ def test_extraction_is_refused_without_the_data_filter(run_module, src, tmp_path
     failed = build(run_module, archive, tmp_path / "opt", expect_fail=True)
     assert "no tarfile extraction filter" in failed["msg"] and "3.11.13" in failed["msg"]
     assert not (tmp_path / "opt" / "current").exists()
+
+
+# A hostile source tree, built as the unprivileged build user: what it leaves must not reach root or other users.
+
+HOSTILE = ("cat input.txt > built.txt && mkdir -p open && chmod 0777 open && touch open/mod.py && chmod 0666 open/mod.py"
+           " && cp /bin/true suid && chmod 4755 suid && mkfifo pipe && ln -s %s leak.txt"
+           " && (setsid sleep 97 >/dev/null 2>&1 < /dev/null &)")
+
+
+def test_a_hostile_build_leaves_no_writable_file_no_setuid_no_process_and_no_leak(run_module, src, tmp_path):
+    secret = tmp_path / "root-only.txt"
+    secret.write_text("root's secret\n")
+    os.chmod(str(secret), 0o600)
+    open_to_others(src)
+    prefix = tmp_path / "opt"
+    open_to_others(tmp_path)
+    result = build(run_module, src, prefix, build_user=BUILD_USER, build_command=HOSTILE % secret,
+                   read_files=["src/leak.txt", "src/built.txt"])
+    tree = prefix / "current" / "src"
+    for path in [tree] + list(tree.rglob("*")):
+        info = os.lstat(str(path))
+        if not os.path.islink(str(path)):
+            assert info.st_uid == 0, path
+            assert not info.st_mode & 0o7022, (path, oct(info.st_mode))  # no go-w, no setuid/setgid/sticky
+    assert not (tree / "pipe").exists()
+    assert result["files"] == {"src/built.txt": "hello\n"}  # the planted link is not followed
+    out = subprocess.run(["pgrep", "-f", "sleep 97"], capture_output=True, text=True, check=False).stdout
+    assert out.strip() == ""  # the setsid-escaped process of the build user was ended
+
+
+def test_the_hand_back_never_follows_a_directory_swapped_for_a_link(tmp_path):
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "passwd").write_text("root-owned\n")
+    tree = tmp_path / "build"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "swapped").symlink_to(outside)  # what a leftover process could put there mid-walk
+    nobody = pwd.getpwnam(BUILD_USER)
+    module.SourceBuild.chown_tree(str(tree), nobody.pw_uid, nobody.pw_gid)
+    assert os.stat(str(tree / "src")).st_uid == nobody.pw_uid
+    assert os.lstat(str(tree / "src" / "swapped")).st_uid == nobody.pw_uid
+    assert os.stat(str(outside)).st_uid == 0 and os.stat(str(outside / "passwd")).st_uid == 0
+    # The walk opens each directory itself with O_NOFOLLOW: a tree that is a link by the time it is reached (the
+    # swap) is refused, where a path walk (os.walk + lchown) went through it and gave /etc's files away.
+    (tree / "src").rename(tree / "src.old")
+    (tree / "src").symlink_to(outside)
+    with pytest.raises(OSError):
+        module.SourceBuild.chown_tree(str(tree / "src"), nobody.pw_uid, nobody.pw_gid)
+    assert os.stat(str(outside / "passwd")).st_uid == 0
