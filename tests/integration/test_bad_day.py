@@ -250,8 +250,11 @@ def test_a_new_build_that_does_not_import_is_caught_despite_the_old_wheel_and_ro
 
 def test_two_runs_at_once_the_second_refuses_and_the_first_finishes(node, tmp_path):
     fp, new = provisioned(node, tmp_path)
-    slow = deepep_archive(tmp_path, "slow", "import time\nprint('[ 10%] compiling', flush=True)\ntime.sleep(15)\n",
-                          marker="slow")
+    # The first run's build goes on until the test lets it finish (however slow the machine is that day).
+    release = tmp_path / "release"
+    slow = deepep_archive(tmp_path, "slow", "import os, time\nprint('[ 10%%] compiling', flush=True)\n"
+                          "for _ in range(400):\n    if os.path.exists(%r):\n        break\n    time.sleep(0.5)\n"
+                          % str(release), marker="slow")
     first, log = _start(node, tmp_path, slow)
     started = _wait_for_build(node, fp, log)
     rc, dummy, out = run(node, "-e", "deepep_src=%s" % new, "-e", "deepep_lock_timeout=1")
@@ -260,6 +263,8 @@ def test_two_runs_at_once_the_second_refuses_and_the_first_finishes(node, tmp_pa
     assert "another run holds deepep's lock on this node" in flat and "building deepep %s" % started in flat, out
     assert "Nothing was changed" in flat
     assert (node["prefix"] / "deepep" / "builds" / started / "src").is_dir()  # not removed as debris
+    assert first.poll() is None  # still building: the refusal was not the end of the first run
+    release.write_text("")
     assert first.wait(timeout=240) == 0, log.read_text()
     assert current(node) == started and installed_wheel(node) == "slow" and live_build(node) == started
 

@@ -15,7 +15,8 @@ import tarfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # What a cmake build prints between source_build's "$ <command>" lines.
-SLOW_BUILD = 'for p in 10 40 80; do echo "[ $p%] Building C object src/x$p.o"; sleep 1.2; done'
+# Each phase lasts longer than a check takes (the interval plus the status call, 2 s or more on a busy machine).
+SLOW_BUILD = 'for p in 10 40 80; do echo "[ $p%] Building C object src/x$p.o"; sleep 3; done'
 
 
 def play(tmp_path, *tasks):
