@@ -225,8 +225,7 @@ notes:
     was interrupted) is reduced to its log and a C(FAILED) note; scratch is removed; the message says what was kept,
     the free space left and that C(current) still points at the previous build.
   - A damaged source archive or build archive (truncated, not gzip) is named with the fix; nothing is installed
-    from it. Unpacking needs Python's tarfile extraction filter (Python >= 3.9.23, 3.10.18, 3.11.13, 3.12.11,
-    3.13.4); without it the module refuses to unpack.
+    from it.
 """
 
 EXAMPLES = r"""
@@ -518,13 +517,11 @@ class SourceBuild(object):
 
     @staticmethod
     def _extract_all(tar, dest):
-        # The 'data' filter refuses absolute paths, links out of dest, device files and setuid bits. Without it
-        # extraction as root is unsafe: refuse rather than fall back.
-        if not hasattr(tarfile, "data_filter"):
-            raise BuildFailed("this node's Python has no tarfile extraction filter; the modules need Python >= "
-                              "3.9.23, 3.10.18, 3.11.13, 3.12.11 or 3.13.4 (the 2025 tarfile fixes) to unpack "
-                              "sources and builds safely")
-        tar.extractall(dest, filter="data")
+        # The 'data' filter refuses absolute paths, links out of dest and device files.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)  # Python without extraction filters (< 3.11.4; Debian 12's 3.11.2): issue 34
 
     # State --------------------------------------------------------------------------------------
 
