@@ -554,7 +554,6 @@ def test_git_network_steps_are_retried(run_module, tmp_path, fake_bin):
     assert "git ls-remote -- https://example.invalid/x main failed (2 tries): fatal: 502" in failed["msg"]
 
 
-
 # A hostile source tree, built as the unprivileged build user: what it leaves must not reach root or other users.
 
 HOSTILE = ("cat input.txt > built.txt && mkdir -p open && chmod 0777 open && touch open/mod.py && chmod 0666 open/mod.py"
