@@ -147,6 +147,15 @@ options:
     type: list
     elements: str
     default: []
+  cxx_runtime_check:
+    description:
+      - After O(verify_command), refuse the build (or the cache artifact being installed) when a shared object in
+        its source tree defines parts of libstdc++ itself (C(std::locale::classic()) and the like), as a compiler
+        that has only a static libstdc++ makes it. Two C++ runtimes in one process crash (a Python extension loaded
+        beside torch). The failure names each file and what it defines.
+      - Not part of the fingerprint.
+    type: bool
+    default: false
   build_user:
     description:
       - Run the patches, O(build_command) and O(verify_command) as this (unprivileged) user, so a hostile source
@@ -356,6 +365,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
     git_url_problem,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock, describe, kill_group, process_start
+from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies, cxx_runtime_message
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
     file_digest,
@@ -759,6 +769,17 @@ class SourceBuild(object):
                 status = self.run_logged(verify, env, src_dir, log)
                 if status != 0:
                     self._step_failed(status, "verification (the build itself succeeded)", log_path, fp)
+            problem = self.cxx_runtime_problem(src_dir)
+            if problem:
+                log.write("\n%s\n" % problem)
+                raise BuildFailed(problem, log=log_path, log_tail=self.tail(log_path))
+
+    def cxx_runtime_problem(self, src_dir):
+        """cxx_runtime_check's message for this tree, or None."""
+        if not self.params["cxx_runtime_check"]:
+            return None
+        copies = cxx_runtime_copies(src_dir)
+        return cxx_runtime_message(self.params["name"], copies) if copies else None
 
     def install_artifact(self, fp, artifact):
         """A verified build of these inputs made on another node (build once, fan out): unpacked, its stamp's
@@ -810,6 +831,12 @@ class SourceBuild(object):
                 left = self.reduce_to_log(install_dir, msg)  # not a verified build here
                 self.fail("%s; %s; %s" % (msg, self.kept(), left), log=log_path, log_tail=self.tail(log_path),
                           fingerprint=fp)
+        # Another node's build is checked here too: the cache could hold one made before the check existed.
+        problem = self.cxx_runtime_problem(os.path.join(install_dir, "src"))
+        if problem:
+            msg = "%s from %s installed but refused: %s" % (self.params["name"], artifact, problem)
+            left = self.reduce_to_log(install_dir, msg)
+            self.fail("%s; %s; %s" % (msg, self.kept(), left), fingerprint=fp)
 
     def write_artifact(self, fp, artifact):
         """The verified build as a tar.gz for other nodes with the same inputs; False when already there."""
@@ -1162,6 +1189,7 @@ def main():
             controller_artifact=dict(type="path"),
             src_digest=dict(type="str"),
             read_files=dict(type="list", elements="str", default=[]),
+            cxx_runtime_check=dict(type="bool", default=False),
             build_timeout=dict(type="int", default=0),
             progress_interval=dict(type="int", default=10),
             progress_log=dict(type="path"),

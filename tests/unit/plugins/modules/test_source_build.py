@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import tarfile
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import source_build as module
+from ansible_collections.moe_infra.deepep.tests.fixtures import cxx_objects
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 
 BUILD = "cat input.txt > built.txt && echo \"$ARCH\" >> built.txt"
@@ -601,3 +603,37 @@ def test_the_hand_back_never_follows_a_directory_swapped_for_a_link(tmp_path):
     with pytest.raises(OSError):
         module.SourceBuild.chown_tree(str(tree / "src"), nobody.pw_uid, nobody.pw_gid)
     assert os.stat(str(outside / "passwd")).st_uid == 0
+
+
+# A build whose extension carries its own libstdc++ (a compiler with only libstdc++.a linked it) never goes live.
+
+needs_gxx = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++ (CI installs it)")
+
+
+@needs_gxx
+def test_an_extension_with_its_own_cxx_runtime_is_refused(run_module, src, tmp_path):
+    prefix = tmp_path / "opt"
+    good = build(run_module, src, prefix, build_command=cxx_objects.build_command("ext.so", static_runtime=False),
+                 verify_command="", cxx_runtime_check=True)
+    assert good["changed"] is True and (prefix / "current" / "src" / "ext.so").is_file()
+    bad = build(run_module, src, prefix, expect_fail=True, cxx_runtime_check=True, verify_command="",
+                build_command=cxx_objects.build_command("ext.so", static_runtime=True))
+    assert bad["msg"].startswith("demo was linked with its own copy of libstdc++ (ext.so defines std::ctype<char>::id, "
+                                 "std::locale::classic(), std::locale::id::_M_id())")
+    assert "CXX in the build's environment" in bad["msg"] and "current still points at the previous build %s" % good["fingerprint"] in bad["msg"]
+    assert current_target(prefix) == "builds/" + good["fingerprint"]
+    failed_dir = prefix / "builds" / bad["fingerprint"]
+    assert sorted(os.listdir(str(failed_dir))) == ["FAILED", "build.log"]
+    assert "own copy of libstdc++" in (failed_dir / "build.log").read_text()
+
+
+@needs_gxx
+def test_a_cached_artifact_with_its_own_cxx_runtime_is_refused(run_module, src, tmp_path):
+    # Made before the check existed (or by a node that skipped it): refused where it is installed.
+    artifact = tmp_path / "cache" / "demo.tar.gz"
+    command = cxx_objects.build_command("ext.so", static_runtime=True)
+    build(run_module, src, tmp_path / "builder", build_command=command, verify_command="", artifact_out=str(artifact))
+    refused = build(run_module, src, tmp_path / "other", expect_fail=True, build_command=command, verify_command="",
+                    artifact_in=str(artifact), cxx_runtime_check=True)
+    assert "installed but refused: demo was linked with its own copy of libstdc++" in refused["msg"]
+    assert not (tmp_path / "other" / "current").exists()
