@@ -45,9 +45,30 @@ try:
     out["torch"]["version"] = torch.__version__
     out["torch"]["cuda"] = torch.version.cuda
     try:
-        out["torch"]["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+        out["torch"]["nccl_compiled"] = ".".join(str(p) for p in torch.cuda.nccl.version())
     except Exception as exc:
         out["torch"]["nccl_error"] = str(exc)
+    # torch.cuda.nccl.version() is the NCCL torch was compiled against; what a process gets is the libnccl the
+    # import loaded, asked with ncclGetVersion (a newer NCCL put in place of the wheel's files shows here only).
+    try:
+        with open("/proc/self/maps") as maps:
+            libs = sorted(set(line.split()[-1] for line in maps if "/libnccl.so" in line))
+    except OSError:
+        libs = []
+    out["torch"]["nccl_lib"] = libs[0] if len(libs) == 1 else None
+    out["torch"]["nccl_libs"] = libs
+    if len(libs) == 1:
+        import ctypes
+        try:
+            code = ctypes.c_int()
+            ctypes.CDLL(libs[0]).ncclGetVersion(ctypes.byref(code))
+            code = code.value
+            major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+            out["torch"]["nccl"] = "%d.%d.%d" % (major, rest // 100, rest % 100)
+        except Exception as exc:
+            out["torch"]["nccl_error"] = "ncclGetVersion of %s: %s" % (libs[0], exc)
+    else:
+        out["torch"]["nccl"] = out["torch"].get("nccl_compiled")
 except Exception as exc:
     out["torch"]["error"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))

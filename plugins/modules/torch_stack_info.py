@@ -12,7 +12,7 @@ short_description: Versions of torch, NCCL, the NVSHMEM wheel and DeepEP as one 
 version_added: "0.1.0"
 description:
   - Runs a short probe with the given Python interpreter and reports the torch version and its CUDA build,
-    the NCCL version torch loads, the C(nvidia-nvshmem-cu12/cu13) and C(nvidia-nccl-cu12/cu13) wheels
+    the NCCL version torch loads (read from the library, not torch's compile-time number), the C(nvidia-nvshmem-cu12/cu13) and C(nvidia-nccl-cu12/cu13) wheels
     (version, directory, whether the wheel ships the IBGDA transport C(nvshmem_transport_ibgda.so.3)),
     numpy, and whether C(deep_ep) imports from C(/) with the given C(PYTHONPATH).
   - An import failure that names an undefined symbol is flagged, the sign of DeepEP built against another
@@ -73,11 +73,17 @@ python_version:
   type: str
   sample: 3.12.3
 torch:
-  description: C(version), C(cuda) (the CUDA torch was built with), C(nccl) (version torch loads); null
-    values when torch is missing.
+  description:
+    - C(version), C(cuda) (the CUDA torch was built with); null values when torch is missing.
+    - C(nccl) is the version of the libnccl the import loaded, from its C(ncclGetVersion) (C(nccl_lib), its path;
+      C(nccl_libs) lists every libnccl loaded, two being DeepEP V2's duplicate-runtime failure). When no libnccl
+      was loaded it is C(nccl_compiled), the version torch was compiled against (C(torch.cuda.nccl.version()),
+      which does not change when a newer NCCL is put in place of the wheel's).
   returned: always
   type: dict
-  sample: {version: 2.11.0+cu130, cuda: "13.0", nccl: 2.28.9}
+  sample: {version: 2.11.0+cu130, cuda: "13.0", nccl: 2.30.7, nccl_compiled: 2.28.9,
+           nccl_lib: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2,
+           nccl_libs: [/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2]}
 nvshmem_wheel:
   description: The NVSHMEM wheel (C(package), C(version), C(dir), C(lib_dir), C(host_lib), C(ibgda_transport));
     null when no NVSHMEM wheel is installed.

@@ -10,12 +10,23 @@ def test_gpu_machine_like_stack(run_module, tmp_path):
     result, failed = run_module(module, {"python": python})
     assert not failed, result
     assert result["changed"] is False
-    assert result["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9"}
+    # The fixture torch loads no libnccl: the version it was compiled against is all there is to say.
+    assert result["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9", "nccl_compiled": "2.28.9",
+                               "nccl_lib": None, "nccl_libs": []}
     wheel = result["nvshmem_wheel"]
     assert wheel["package"] == "nvidia-nvshmem-cu13" and wheel["version"] == "3.4.5"
     assert wheel["ibgda_transport"] is True and wheel["host_lib"].endswith("libnvshmem_host.so.3")
     assert result["nccl_wheel"]["version"] == "2.28.9"
     assert result["deep_ep"]["importable"] is False and result["deep_ep"]["undefined_symbol"] is False
+
+
+def test_the_nccl_torch_loads_is_read_from_the_library(run_module, tmp_path):
+    # torch 2.11 compiled against NCCL 2.28.9, with NCCL 2.30.7 put in place of the wheel's library (what DeepEP V2
+    # needs): torch.cuda.nccl.version() still says 2.28.9; the library loaded says 2.30.7.
+    result, failed = run_module(module, {"python": make_python_site(tmp_path, nccl_runtime=(2, 30, 7))})
+    assert not failed, result
+    assert result["torch"]["nccl"] == "2.30.7" and result["torch"]["nccl_compiled"] == "2.28.9"
+    assert result["torch"]["nccl_lib"].endswith("/site-packages/nvidia/nccl/lib/libnccl.so.2")
 
 
 def test_wheel_without_ibgda_and_missing_nvshmem(run_module, tmp_path):
