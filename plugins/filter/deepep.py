@@ -30,6 +30,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import
     layer_plan,
     report_lines,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils import nccl as nccl_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import PlanError, build_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
     deepep_mapping_string,
@@ -130,6 +131,13 @@ def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cma
         raise AnsibleFilterError(str(exc))
 
 
+def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
+    try:
+        return nccl_plan.build_plan(source, compute_caps, python, version, jobs)
+    except nccl_plan.PlanError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -143,6 +151,7 @@ class FilterModule(object):
             "deepep_env": deepep_env,
             "deepep_node_report": deepep_node_report,
             "nvshmem_source_plan": nvshmem_source_plan,
+            "nccl_source_plan": nccl_source_plan,
             "deepep_torch_pin": deepep_torch_pin,
             "deepep_build_commands": deepep_build_commands,
         }

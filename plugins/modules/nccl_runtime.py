@@ -1,0 +1,291 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nccl_runtime
+short_description: Put a verified NCCL build where torch loads NCCL, so torch and DeepEP V2 load one NCCL; undo it
+version_added: "0.3.0"
+description:
+  - DeepEP V2 needs NCCL >= 2.30.4 and refuses a process with two NCCL runtimes ("Duplicate NCCL runtime"); torch
+    loads the C(nvidia-nccl-cu12/cu13) wheel's C(nvidia/nccl/lib/libnccl.so.2). With V(present), the interpreter's
+    wheel files (C(lib/libnccl.so.2) and the C(include/) tree, which DeepEP's build and JIT read) are replaced by
+    the build in O(build_dir), after they are copied to O(backup_dir); a record in the wheel's directory
+    (C(.moe_infra_nccl.json)) says what was replaced and where the originals are.
+  - The library in place is then asked its version with C(ncclGetVersion); one that does not answer O(version) is
+    taken out again (the originals put back) and the task fails.
+  - Nothing is done when the files in place already match the build. Files that pip put back since (a torch
+    upgrade reinstalls its NCCL wheel) are backed up anew before they are replaced.
+  - V(absent) puts the wheel's original files back when the files in place are still the build's, and forgets the
+    record either way; that is what a later C(deepep_version=v1) run or a rollback needs.
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  python:
+    description: The interpreter whose C(nvidia.nccl) package torch loads NCCL from.
+    type: path
+    required: true
+  build_dir:
+    description: A verified NCCL build (C(lib/libnccl.so.2), C(include/nccl.h)), e.g. the nccl layer's build
+      directory. Required with O(state=present).
+    type: path
+  version:
+    description: The NCCL version of O(build_dir) (C(2.30.7)); the library in place must answer it. Required with
+      O(state=present).
+    type: str
+  backup_dir:
+    description: Where the wheel's original files are kept while the build is in place (one subdirectory per
+      original library digest).
+    type: path
+    required: true
+  state:
+    description: V(present) puts the build in place; V(absent) puts the originals back.
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
+    platforms: posix
+notes:
+  - The replacement is what C(pip install nvidia-nccl-cu13>=2.30.4 --no-deps) does for a site that can reach PyPI,
+    for a build made from source (air-gapped sites, or an NCCL built for the GPUs' archs only).
+"""
+
+EXAMPLES = r"""
+- name: Put NCCL 2.30.7 where torch loads it
+  moe_infra.deepep.nccl_runtime:
+    python: /opt/deepep/venv/bin/python
+    build_dir: /opt/deepep/nccl/current
+    version: 2.30.7
+    backup_dir: /opt/deepep/nccl/replaced
+
+- name: Put the wheel's NCCL back
+  moe_infra.deepep.nccl_runtime:
+    python: /opt/deepep/venv/bin/python
+    backup_dir: /opt/deepep/nccl/replaced
+    state: absent
+"""
+
+RETURN = r"""
+nccl_dir:
+  description: The interpreter's C(nvidia/nccl) package directory.
+  returned: always
+  type: str
+  sample: /opt/deepep/venv/lib/python3.12/site-packages/nvidia/nccl
+action:
+  description: C(none), C(installed) (the build put in place), C(restored) (the originals put back) or
+    C(forgotten) (V(absent) found files pip put back since; only the record was removed).
+  returned: always
+  type: str
+loaded_version:
+  description: What C(ncclGetVersion) of the library in place answers (C(2.30.7)); null in check mode before a
+    change, or when no library is there.
+  returned: always
+  type: str
+backup:
+  description: The directory holding the wheel's original files; null when nothing is replaced.
+  returned: always
+  type: str
+"""
+
+import hashlib
+import json
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+
+RECORD = ".moe_infra_nccl.json"
+LIB = os.path.join("lib", "libnccl.so.2")
+FIND_PACKAGE = ("import importlib.util, json\n"
+                "spec = importlib.util.find_spec('nvidia.nccl')\n"
+                "print(json.dumps(list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations"
+                " else None))\n")
+VERSION_CHECK = ("import ctypes, sys\n"
+                 "code = ctypes.c_int()\n"
+                 "ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(code))\n"
+                 "print(code.value)\n")
+
+
+def file_digest(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_digest(root):
+    """Digest of the regular files under root by relative path (links followed as a loader would); None if absent."""
+    if not os.path.isdir(root):
+        return None
+    entries = []
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            entries.append("%s %s" % (os.path.relpath(path, root), file_digest(path)))
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+def decode_version(code):
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return "%d.%d.%d" % (major, rest // 100, rest % 100)
+
+
+class NcclRuntime(object):
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+
+    def nccl_dir(self):
+        rc, out, err = self.module.run_command([self.params["python"], "-c", FIND_PACKAGE], cwd="/")
+        if rc != 0:
+            self.module.fail_json(msg="%s could not look for nvidia.nccl: %s" % (self.params["python"], err.strip()))
+        found = json.loads(out.strip().splitlines()[-1])
+        if not found:
+            self.module.fail_json(msg="%s has no nvidia.nccl package (the nvidia-nccl-cu12/cu13 wheel torch loads NCCL "
+                                      "from): install torch from PyPI into it, or build DeepEP V1" % self.params["python"])
+        return found
+
+    def loaded_version(self, lib):
+        rc, out, err = self.module.run_command([self.params["python"], "-c", VERSION_CHECK, lib], cwd="/")
+        if rc != 0:
+            return None, (err.strip().splitlines() or ["exit %d" % rc])[-1]
+        return decode_version(int(out.strip().splitlines()[-1])), None
+
+    @staticmethod
+    def read_record(nccl_dir):
+        try:
+            with open(os.path.join(nccl_dir, RECORD)) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def put_files(from_dir, nccl_dir):
+        """from_dir's lib/libnccl.so.2 and include/ in place of nccl_dir's, each swapped in by a rename."""
+        lib = os.path.join(nccl_dir, LIB)
+        os.makedirs(os.path.dirname(lib), exist_ok=True)
+        shutil.copy2(os.path.join(from_dir, LIB), lib + ".moe-new")
+        os.replace(lib + ".moe-new", lib)
+        include = os.path.join(nccl_dir, "include")
+        for scratch in (include + ".moe-new", include + ".moe-old"):
+            shutil.rmtree(scratch, ignore_errors=True)
+        if os.path.isdir(os.path.join(from_dir, "include")):
+            shutil.copytree(os.path.join(from_dir, "include"), include + ".moe-new", symlinks=False)
+            if os.path.isdir(include):
+                os.rename(include, include + ".moe-old")
+            os.rename(include + ".moe-new", include)
+            shutil.rmtree(include + ".moe-old", ignore_errors=True)
+
+    def write_record(self, nccl_dir, record):
+        path = os.path.join(nccl_dir, RECORD)
+        with open(path + ".tmp", "w") as handle:
+            json.dump(record, handle, indent=2, sort_keys=True)
+        os.replace(path + ".tmp", path)
+
+    def present(self, result):
+        nccl_dir = result["nccl_dir"]
+        build_dir = self.params["build_dir"]
+        if not os.path.isfile(os.path.join(build_dir, LIB)) or not os.path.isfile(os.path.join(build_dir, "include",
+                                                                                                  "nccl.h")):
+            self.module.fail_json(msg="build_dir %s holds no NCCL build (lib/libnccl.so.2 and include/nccl.h)" % build_dir,
+                                  **result)
+        lib = os.path.join(nccl_dir, LIB)
+        want = dict(lib=file_digest(os.path.join(build_dir, LIB)), include=tree_digest(os.path.join(build_dir, "include")))
+        have_lib = file_digest(lib) if os.path.isfile(lib) else None
+        have = dict(lib=have_lib, include=tree_digest(os.path.join(nccl_dir, "include")))
+        record = self.read_record(nccl_dir)
+        if have == want and record and record.get("lib_sha256") == want["lib"]:
+            result["backup"] = record.get("backup")
+            return self.check_version(result, lib)
+        ours = bool(record) and record.get("lib_sha256") == have_lib and os.path.isdir(record.get("backup") or "")
+        backup = record["backup"] if ours else os.path.join(self.params["backup_dir"], (have_lib or "none")[:16])
+        result.update(changed=True, action="installed", backup=backup)
+        if self.module.check_mode:
+            return result
+        if not ours and have_lib:  # what pip installed, kept before it is replaced
+            shutil.rmtree(backup, ignore_errors=True)
+            os.makedirs(os.path.join(backup, "lib"))
+            shutil.copy2(lib, os.path.join(backup, LIB))
+            if os.path.isdir(os.path.join(nccl_dir, "include")):
+                shutil.copytree(os.path.join(nccl_dir, "include"), os.path.join(backup, "include"))
+        self.put_files(build_dir, nccl_dir)
+        self.write_record(nccl_dir, dict(build_dir=build_dir, version=self.params["version"], lib_sha256=want["lib"],
+                                         backup=backup if have_lib else None, original_lib_sha256=(
+                                             record.get("original_lib_sha256") if ours else have_lib)))
+        return self.check_version(result, lib, undo=backup if have_lib else None)
+
+    def check_version(self, result, lib, undo=None):
+        version, error = self.loaded_version(lib)
+        result["loaded_version"] = version
+        if version != self.params["version"]:
+            said = "answers %s, not %s" % (version, self.params["version"]) if version else (
+                "cannot be loaded (%s)" % error)
+            if undo:
+                self.put_files(undo, result["nccl_dir"])
+                os.unlink(os.path.join(result["nccl_dir"], RECORD))
+                shutil.rmtree(undo, ignore_errors=True)
+                said += "; the wheel's files were put back"
+            self.module.fail_json(msg="the NCCL in place (%s) %s" % (lib, said), **result)
+        return result
+
+    def absent(self, result):
+        nccl_dir = result["nccl_dir"]
+        record = self.read_record(nccl_dir)
+        if record is None:
+            return result
+        lib = os.path.join(nccl_dir, LIB)
+        have_lib = file_digest(lib) if os.path.isfile(lib) else None
+        backup = record.get("backup")
+        restorable = have_lib == record.get("lib_sha256") and backup and os.path.isfile(os.path.join(backup, LIB))
+        result.update(changed=True, action="restored" if restorable else "forgotten", backup=backup)
+        if self.module.check_mode:
+            return result
+        if restorable:
+            self.put_files(backup, nccl_dir)
+        os.unlink(os.path.join(nccl_dir, RECORD))
+        if restorable:
+            shutil.rmtree(backup, ignore_errors=True)
+            result["loaded_version"] = self.loaded_version(lib)[0]
+        return result
+
+    def run(self):
+        result = dict(changed=False, action="none", nccl_dir=self.nccl_dir(), loaded_version=None, backup=None)
+        if self.params["state"] == "present":
+            return self.present(result)
+        return self.absent(result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            build_dir=dict(type="path"),
+            version=dict(type="str"),
+            backup_dir=dict(type="path", required=True),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+        ),
+        required_if=[("state", "present", ("build_dir", "version"))],
+        supports_check_mode=True,
+    )
+    if not os.path.isfile(module.params["python"]) or not os.access(module.params["python"], os.X_OK):
+        module.fail_json(msg="python: %s is not an executable interpreter" % module.params["python"])
+    module.exit_json(**NcclRuntime(module).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ansible_collections.moe_infra.deepep.plugins.modules import nccl_runtime as module
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import build_nccl_stub, make_python_site
+
+pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc for the libnccl stand-ins")
+
+
+def nccl_build(root, version=(2, 30, 7)):
+    """A verified NCCL build's layout (what the nccl layer's source build leaves): lib/ and the include tree."""
+    os.makedirs(os.path.join(str(root), "lib"))
+    build_nccl_stub(os.path.join(str(root), "lib", "libnccl.so.2"), version)
+    os.makedirs(os.path.join(str(root), "include", "nccl_device", "impl"))
+    with open(os.path.join(str(root), "include", "nccl.h"), "w") as handle:
+        handle.write("#define NCCL_MINOR %d\n" % version[1])
+    with open(os.path.join(str(root), "include", "nccl_device", "impl", "core.h"), "w") as handle:
+        handle.write("/* device API */\n")
+    return str(root)
+
+
+@pytest.fixture
+def site(tmp_path):
+    # The wheel's library answers 2.28.9 (torch 2.11's), as on the test machine.
+    python = make_python_site(tmp_path / "venv", nccl_runtime=(2, 28, 9))
+    nccl_dir = tmp_path / "venv" / "site-packages" / "nvidia" / "nccl"
+    (nccl_dir / "include").mkdir()
+    (nccl_dir / "include" / "nccl.h").write_text("#define NCCL_MINOR 28\n")
+    return python, nccl_dir
+
+
+def present(run_module, python, build, tmp_path, check_mode=False, version="2.30.7"):
+    return run_module(module, dict(python=python, build_dir=build, version=version,
+                                   backup_dir=str(tmp_path / "replaced")), check_mode=check_mode)
+
+
+def test_put_in_place_once_then_nothing_and_undone(run_module, site, tmp_path):
+    python, nccl_dir = site
+    build = nccl_build(tmp_path / "build")
+    original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
+    predicted, failed = present(run_module, python, build, tmp_path, check_mode=True)
+    assert not failed and predicted["changed"] is True and predicted["action"] == "installed"
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original and not (nccl_dir / module.RECORD).exists()
+
+    done, failed = present(run_module, python, build, tmp_path)
+    assert not failed, done
+    assert done["changed"] is True and done["loaded_version"] == "2.30.7" and done["nccl_dir"] == str(nccl_dir)
+    assert (nccl_dir / "include" / "nccl_device" / "impl" / "core.h").is_file()
+    assert (nccl_dir / "include" / "nccl.h").read_text() == "#define NCCL_MINOR 30\n"
+    assert (tmp_path / "replaced").joinpath(os.path.basename(done["backup"]), "lib", "libnccl.so.2").read_bytes() == original
+    record = json.loads((nccl_dir / module.RECORD).read_text())
+    assert record["version"] == "2.30.7" and record["backup"] == done["backup"]
+
+    again, failed = present(run_module, python, build, tmp_path)
+    assert not failed and again["changed"] is False and again["action"] == "none" and again["loaded_version"] == "2.30.7"
+
+    undone, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "replaced"), state="absent"))
+    assert not failed and undone["action"] == "restored" and undone["loaded_version"] == "2.28.9"
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original
+    assert (nccl_dir / "include" / "nccl.h").read_text() == "#define NCCL_MINOR 28\n"
+    assert not (nccl_dir / "include" / "nccl_device").exists() and not (nccl_dir / module.RECORD).exists()
+    nothing, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "replaced"), state="absent"))
+    assert not failed and nothing["changed"] is False
+
+
+def test_files_pip_put_back_are_kept_anew_and_never_restored_over(run_module, site, tmp_path):
+    python, nccl_dir = site
+    build = nccl_build(tmp_path / "build")
+    present(run_module, python, build, tmp_path)
+    # A torch upgrade reinstalls its NCCL wheel (2.29.1 here) over the build's files.
+    build_nccl_stub(str(nccl_dir / "lib" / "libnccl.so.2"), (2, 29, 1))
+    upgraded = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
+    forgotten, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "replaced"), state="absent"),
+                                   check_mode=True)
+    assert not failed and forgotten["action"] == "forgotten"
+    again, failed = present(run_module, python, build, tmp_path)
+    assert not failed and again["changed"] is True and again["loaded_version"] == "2.30.7"
+    kept = tmp_path / "replaced" / os.path.basename(again["backup"]) / "lib" / "libnccl.so.2"
+    assert kept.read_bytes() == upgraded  # the new wheel's file, not the first one's
+    run_module(module, dict(python=python, backup_dir=str(tmp_path / "replaced"), state="absent"))
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == upgraded
+
+
+def test_a_build_that_answers_another_version_is_taken_out_again(run_module, site, tmp_path):
+    python, nccl_dir = site
+    original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
+    build = nccl_build(tmp_path / "build", version=(2, 30, 4))
+    result, failed = present(run_module, python, build, tmp_path, version="2.30.7")
+    assert failed
+    assert result["msg"] == ("the NCCL in place (%s/lib/libnccl.so.2) answers 2.30.4, not 2.30.7; the wheel's files "
+                             "were put back" % nccl_dir)
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original and not (nccl_dir / module.RECORD).exists()
+
+
+def test_bad_input_is_named(run_module, site, tmp_path):
+    python, dummy = site
+    result, failed = present(run_module, python, str(tmp_path / "empty"), tmp_path)
+    assert failed and result["msg"] == "build_dir %s holds no NCCL build (lib/libnccl.so.2 and include/nccl.h)" % (
+        tmp_path / "empty")
+    no_nccl = make_python_site(tmp_path / "cpu", nccl=None)
+    result, failed = present(run_module, no_nccl, nccl_build(tmp_path / "b"), tmp_path)
+    assert failed and "has no nvidia.nccl package" in result["msg"]
+    result, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "r")))
+    assert failed and "state is present but all of the following are missing: build_dir, version" in result["msg"]
