@@ -200,8 +200,8 @@ class NcclRuntime(object):
     def present(self, result):
         nccl_dir = result["nccl_dir"]
         build_dir = self.params["build_dir"]
-        if not os.path.isfile(os.path.join(build_dir, LIB)) or not os.path.isfile(os.path.join(build_dir, "include",
-                                                                                                  "nccl.h")):
+        header = os.path.join(build_dir, "include", "nccl.h")
+        if not os.path.isfile(os.path.join(build_dir, LIB)) or not os.path.isfile(header):
             self.module.fail_json(msg="build_dir %s holds no NCCL build (lib/libnccl.so.2 and include/nccl.h)" % build_dir,
                                   **result)
         lib = os.path.join(nccl_dir, LIB)
