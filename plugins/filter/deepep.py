@@ -138,6 +138,12 @@ def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
         raise AnsibleFilterError(str(exc))
 
 
+def nccl_planned_version(settings):
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError("nccl_planned_version expects a dict of nccl_* variables, got %r" % (settings,))
+    return nccl_plan.planned_version(settings)
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -152,6 +158,7 @@ class FilterModule(object):
             "deepep_node_report": deepep_node_report,
             "nvshmem_source_plan": nvshmem_source_plan,
             "nccl_source_plan": nccl_source_plan,
+            "nccl_planned_version": nccl_planned_version,
             "deepep_torch_pin": deepep_torch_pin,
             "deepep_build_commands": deepep_build_commands,
         }

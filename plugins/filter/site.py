@@ -108,12 +108,12 @@ def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dir
     return source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [], source)
 
 
-def deepep_interpreter_problems(stack, deepep_version, python):
+def deepep_interpreter_problems(stack, deepep_version, python, nccl_planned=None):
     """torch_stack_info's result for deepep_python -> [{var, value, accepted, msg}]: no torch, or for V2 a torch
-    older than 2.10 or an NCCL older than 2.30.4."""
+    older than 2.10 or an NCCL older than 2.30.4 (the one the nccl layer of this run provides, when it runs)."""
     if not isinstance(stack, dict):
         raise AnsibleFilterError("deepep_interpreter_problems: expected torch_stack_info's result")
-    return interpreter_problems(stack, deepep_version, python)
+    return interpreter_problems(stack, deepep_version, python, nccl_planned)
 
 
 def deepep_proxy_env(http_proxy, https_proxy="", no_proxy=""):

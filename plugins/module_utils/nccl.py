@@ -16,6 +16,18 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import 
 VERSION_RE = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)(?:-(\d+))?(?!\d|\.\d)")
 
 
+# The nccl role's defaults (roles/nccl/defaults/main.yml; a unit test keeps the two equal): the other roles' checks
+# read a site's nccl_* variables through planned_version, where the role's defaults are not visible.
+DEFAULTS = {
+    "nccl_method": "wheel",
+    "nccl_version": "2.30.7",
+    "nccl_git_ref": "v2.30.7-1",
+    "nccl_src": "",
+    "nccl_source_version": "",
+}
+METHODS = ("wheel", "source", "none")
+
+
 class PlanError(ValueError):
     """Inputs that cannot give a build."""
 
@@ -24,6 +36,23 @@ def source_version(text):
     """'v2.30.7-1', 'nccl-2.30.7-1.tar.gz' -> '2.30.7'; None when absent."""
     match = VERSION_RE.search(str(text or ""))
     return "%s.%s.%s" % match.group(1, 2, 3) if match else None
+
+
+def planned_version(settings):
+    """The NCCL version the nccl layer provides with these nccl_* variables (missing ones take the role's
+    defaults): nccl_version for the wheel, the source's version for a build; None for nccl_method none (the
+    interpreter's NCCL as it is) or a source whose version cannot be told (the layer itself refuses it)."""
+    values = dict(DEFAULTS)
+    values.update({key: value for key, value in (settings or {}).items() if key in DEFAULTS and value is not None})
+    method = values["nccl_method"]
+    if method == "wheel":
+        return source_version(values["nccl_version"])
+    if method == "source":
+        if values["nccl_source_version"]:
+            return source_version(values["nccl_source_version"])
+        src = str(values["nccl_src"] or "")
+        return source_version(src.rsplit("/", 1)[-1] if src else values["nccl_git_ref"])
+    return None
 
 
 def version_tuple(version):

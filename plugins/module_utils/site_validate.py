@@ -24,6 +24,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers imp
 CHOICES = {
     "deepep_version": ("v1", "v2"),
     "nvshmem_ibgda_method": ("wheel", "source"),
+    "nccl_method": ("wheel", "source", "none"),
     "doca_ofed_policy": ("auto", "always", "never"),
     "deepep_reboot": ("auto", "never"),
     "nvidia_peermapping_initramfs": ("auto", "update-initramfs", "dracut", "none"),
@@ -191,6 +192,7 @@ SOURCES = (
     ("deepep_src", "deepep_git_url", lambda v: True),
     ("gdrcopy_src", "gdrcopy_git_url", lambda v: v.get("gdrcopy_enabled", True) in TRUE),
     ("nvshmem_ibgda_src", "nvshmem_ibgda_git_url", lambda v: v.get("nvshmem_ibgda_method") == "source"),
+    ("nccl_src", "nccl_git_url", lambda v: v.get("deepep_version") == "v2" and v.get("nccl_method") == "source"),
 )
 
 
@@ -297,10 +299,11 @@ def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=(), s
                      "present); preflight_rdma_include_dirs names where the headers are", why)]
 
 
-def interpreter_problems(stack, deepep_version, python):
+def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
     """A given interpreter (deepep_python) that cannot build the DeepEP generation asked for, read before any
     layer runs: V2 needs torch >= 2.10 and NCCL >= 2.30.4 (KF31); every generation needs torch. stack:
-    torch_stack_info's result. Returns [problem]."""
+    torch_stack_info's result. nccl_planned: the NCCL the nccl layer of this run puts there (nccl_planned_version),
+    which is what DeepEP will be built against. Returns [problem]."""
     torch = (stack.get("torch") or {}).get("version")
     if torch is None:
         return [_problem("deepep_python", python, "an interpreter with torch installed, or '' for the role's venv "
@@ -312,17 +315,26 @@ def interpreter_problems(stack, deepep_version, python):
     if version_tuple(torch)[:2] < V2_MIN_TORCH:
         problems.append(_problem("deepep_python", python, "an interpreter with torch >= 2.10 for deepep_version=v2, "
                                  "or deepep_version=v1", "its torch is %s; DeepEP V2 needs torch >= 2.10" % torch))
+    if nccl_planned:
+        found = version_tuple(nccl_planned)
+        if found is None or found < V2_MIN_NCCL:
+            problems.append(_problem("nccl_version", nccl_planned, "2.30.4 or later for deepep_version=v2",
+                                     "the nccl layer would provide NCCL %s; DeepEP V2 needs NCCL >= 2.30.4 (KF31)"
+                                     % nccl_planned))
+        return problems
     nccl = (stack.get("torch") or {}).get("nccl") or (stack.get("nccl_wheel") or {}).get("version")
     found = version_tuple(nccl)
     if found is None or found < V2_MIN_NCCL:
         problems.append(_problem("deepep_python", python, "an interpreter whose NCCL is >= 2.30.4 for "
-                                 "deepep_version=v2 (nvidia-nccl-cu12/cu13), or deepep_version=v1",
+                                 "deepep_version=v2 (nvidia-nccl-cu12/cu13; the nccl layer provides it unless "
+                                 "nccl_method=none), or deepep_version=v1",
                                  "its NCCL is %s; DeepEP V2 needs NCCL >= 2.30.4 (KF31)" % (nccl or "missing")))
     return problems
 
 
 # The layer tags of site.yml / system.yml / deepep.yml, and Ansible's own special tags.
-LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep",
+LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl",
+              "deepep",
               "deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")
 # Ansible's special tags, and molecule's (it skips notest and molecule-* tags on converge and idempotence).
 SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest")
@@ -335,6 +347,8 @@ LAYERS = (
     ("nvidia_peermapping", ("nvidia_peermapping", "system"), ()),
     ("gdrcopy", ("gdrcopy", "system"), ()),
     ("nvshmem_ibgda", ("nvshmem_ibgda",), ()),
+    # DeepEP V2's NCCL: part of a --tags deepep run (a torch upgrade puts torch's own NCCL wheel back).
+    ("nccl", ("nccl", "deepep"), ()),
     ("deepep", ("deepep",), ("deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")),
 )
 
@@ -367,7 +381,7 @@ def tag_problems(run_tags, skip_tags):
 
 
 # Directories the roles own and build into.
-PREFIX_VARS = ("deepep_prefix", "gdrcopy_prefix", "nvshmem_ibgda_prefix", "deepep_venv")
+PREFIX_VARS = ("deepep_prefix", "gdrcopy_prefix", "nvshmem_ibgda_prefix", "nccl_prefix", "deepep_venv")
 # Node paths that reach commands or the env script; '' means "not set" where the role allows it.
 PATH_VARS = ("deepep_python", "deepep_env_script", "deepep_report_dir", "deepep_cuda_home", "nvshmem_ibgda_cuda_home",
              "nvshmem_ibgda_rdma_include_dir", "nvshmem_ibgda_python", "gdrcopy_nvidia_src_dir",

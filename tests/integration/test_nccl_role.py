@@ -28,7 +28,7 @@ def play(tmp_path, **role_vars):
         "hosts": "localhost", "gather_facts": False,
         "roles": [{"role": "moe_infra.deepep.nccl", "vars": role_vars}],
         "post_tasks": [{"ansible.builtin.debug": {"msg": "PROVIDED {{ nccl_provided.method }} "
-                                                         "{{ nccl_provided.version }} STALE {{ nccl_provided.changed }}"}}]}]))
+                                                         "{{ nccl_provided.version }} STALE {{ nccl_provided.updated }}"}}]}]))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0")
     result = subprocess.run([PLAYBOOK_BIN, "-i", "localhost,", "-c", "local", "-e",

@@ -256,16 +256,18 @@ def test_site_refuses_a_tag_that_names_no_layer(tmp_path):
     assert "PLAY [Preflight" not in out
 
 
-@pytest.mark.parametrize("version, torch, refused", [
-    ("v1", "2.11.0+cu130", None),
-    ("v2", "2.11.0+cu130", "(its NCCL is 2.28.9; DeepEP V2 needs NCCL >= 2.30.4 (KF31))"),
-    ("v2", "2.9.1+cu129", "(its torch is 2.9.1+cu129; DeepEP V2 needs torch >= 2.10)"),
+@pytest.mark.parametrize("version, torch, nccl_method, refused", [
+    ("v1", "2.11.0+cu130", "wheel", None),
+    # The nccl layer (default: the wheel at 2.30.7) provides what V2 needs; without it the interpreter's counts.
+    ("v2", "2.11.0+cu130", "wheel", None),
+    ("v2", "2.11.0+cu130", "none", "(its NCCL is 2.28.9; DeepEP V2 needs NCCL >= 2.30.4 (KF31))"),
+    ("v2", "2.9.1+cu129", "wheel", "(its torch is 2.9.1+cu129; DeepEP V2 needs torch >= 2.10)"),
 ])
-def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, torch, refused):
+def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, torch, nccl_method, refused):
     # The GPU machine's interpreter (stand-in, tests/fixtures/python_site): NCCL 2.28.9.
     python = make_python_site(tmp_path / "venv", torch=torch)
     rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", json.dumps({
-        "deepep_python": python, "deepep_version": version}), machine="gcp_b200")
+        "deepep_python": python, "deepep_version": version, "nccl_method": nccl_method}), machine="gcp_b200")
     assert "TASK [Read the torch and NCCL of the given interpreter]" in out
     if refused is None:
         assert rc == 0 and "PLAY [System layers" in out, out
@@ -278,11 +280,12 @@ def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, to
 
 def test_tags_deepep_leaves_the_interpreter_to_deepeps_own_check(tmp_path):
     # --tags deepep runs no system layer: the preflight play does not read the interpreter; the deepep play's input
-    # check reads it once and refuses V2 with NCCL 2.28.9 (KF31) before DeepEP changes anything.
+    # check reads it once and refuses V2 with NCCL 2.28.9 (KF31) before DeepEP changes anything (nccl_method none:
+    # no layer provides another NCCL).
     python = make_python_site(tmp_path / "venv", torch="2.11.0+cu130")
     rc, out = playbook("site.yml", tmp_path, "--tags", "deepep", "-e", json.dumps({
-        "deepep_python": python, "deepep_version": "v2", "deepep_git_ref": "0123abcd", "cuda_version": "13.0"}),
-        machine="gcp_b200")
+        "deepep_python": python, "deepep_version": "v2", "deepep_git_ref": "0123abcd", "cuda_version": "13.0",
+        "nccl_method": "none"}), machine="gcp_b200")
     assert rc == 2, out
     read = out.index("TASK [Read the torch and NCCL of the given interpreter]")
     assert out[read:].split("TASK [", 2)[1].split("\n", 2)[1].startswith("skipping: [localhost]"), out[read:read + 400]

@@ -55,7 +55,7 @@ def test_every_play_that_changes_nodes_takes_the_proxy_settings():
                 if "roles" in play or "tasks" in play:
                     plays[(name, play["name"])] = play.get("environment", "")
     changing = [key for key in plays if any(word in key[1] for word in ("System layers,", "Python environment",
-                                                                        "GDRCopy", "NVSHMEM", "DeepEP"))
+                                                                        "GDRCopy", "NVSHMEM", "NCCL", "DeepEP"))
                 and not key[1].startswith("Check")]
-    assert len(changing) == 5, plays.keys()
+    assert len(changing) == 6, plays.keys()
     assert [key for key in changing if "deepep_proxy_env" not in plays[key]] == []

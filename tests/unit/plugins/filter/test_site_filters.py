@@ -48,16 +48,19 @@ def test_fanout_roles_offline_miss_is_a_filter_error():
 
 
 @pytest.mark.parametrize("run_tags, skip_tags, layers", [
-    (["all"], [], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep"]),
-    (["deepep"], [], ["deepep"]),
+    (["all"], [], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep"]),
+    # V2's NCCL comes with DeepEP (a torch upgrade puts torch's own NCCL back); a step tag selects DeepEP alone.
+    (["deepep"], [], ["nccl", "deepep"]),
+    (["nccl"], [], ["nccl"]),
     (["deepep_build"], [], ["deepep"]),
-    (["all"], ["deepep_verify"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep"]),
-    (["all"], ["system"], ["nvshmem_ibgda", "deepep"]),
+    (["all"], ["deepep_verify"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl",
+                                  "deepep"]),
+    (["all"], ["system"], ["nvshmem_ibgda", "nccl", "deepep"]),
     (["system"], ["cuda"], ["doca_ofed", "nvidia_peermapping", "gdrcopy"]),
     (["gdrcopy", "nvshmem_ibgda"], [], ["gdrcopy", "nvshmem_ibgda"]),
     (["preflight"], [], []),
     (["tagged"], ["deepep"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda"]),
-    ([], None, ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep"]),
+    ([], None, ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep"]),
 ])
 def test_run_layers_follow_ansible_tag_rules(run_tags, skip_tags, layers):
     assert FILTERS["deepep_run_layers"](run_tags, skip_tags) == layers

@@ -8,9 +8,12 @@ import sys
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nccl import (
+    DEFAULTS,
+    METHODS,
     PlanError,
     build_plan,
     gencode,
+    planned_version,
     source_version,
     version_code,
 )
@@ -80,3 +83,25 @@ def test_a_source_of_another_version_is_refused(run_module, tmp_path):
     assert failed and "build of nccl failed" in result["msg"]
     assert "this source is NCCL 2.30.7, not 2.30.4: set nccl_source_version" in result["log_tail"]
     assert not (tmp_path / "opt" / "current").exists()
+
+
+@pytest.mark.parametrize("settings, planned", [
+    ({}, "2.30.7"),                                                          # the role's defaults: the wheel
+    ({"nccl_method": "wheel", "nccl_version": "2.30.4"}, "2.30.4"),
+    ({"nccl_method": "source"}, "2.30.7"),                                   # from the default tag v2.30.7-1
+    ({"nccl_method": "source", "nccl_src": "/srv/src/nccl-2.31.1-1.tar.gz"}, "2.31.1"),
+    ({"nccl_method": "source", "nccl_git_ref": "0123abcd", "nccl_source_version": "2.30.5"}, "2.30.5"),
+    ({"nccl_method": "source", "nccl_git_ref": "0123abcd"}, None),           # the layer itself refuses it
+    ({"nccl_method": "none"}, None),
+    ({"nccl_method": "wheel", "nccl_provided": {"version": "1.0.0"}, "nccl_build": None}, "2.30.7"),  # facts ignored
+])
+def test_planned_version(settings, planned):
+    assert planned_version(settings) == planned
+
+
+def test_defaults_match_the_role():
+    import yaml
+    with open(os.path.join(FIXTURE, "..", "..", "..", "roles", "nccl", "defaults", "main.yml")) as handle:
+        role_defaults = yaml.safe_load(handle)
+    assert {key: role_defaults[key] for key in DEFAULTS} == DEFAULTS
+    assert role_defaults["nccl_method"] in METHODS

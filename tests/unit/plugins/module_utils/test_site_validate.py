@@ -247,6 +247,18 @@ def test_given_interpreter_without_torch_or_too_old_for_v2():
     assert "its NCCL is missing" in missing["msg"]
 
 
+def test_the_nccl_layer_of_the_run_is_what_v2_is_checked_against():
+    # torch 2.11's NCCL 2.28.9 in the interpreter; the nccl layer of this run puts 2.30.7 there.
+    assert interpreter_problems(_stack(nccl="2.28.9"), "v2", "/p", nccl_planned="2.30.7") == []
+    (problem,) = interpreter_problems(_stack(nccl="2.30.7"), "v2", "/p", nccl_planned="2.28.9")
+    assert problem["var"] == "nccl_version" and problem["msg"] == (
+        "nccl_version: '2.28.9' is not accepted (the nccl layer would provide NCCL 2.28.9; DeepEP V2 needs NCCL "
+        ">= 2.30.4 (KF31)); accepted: 2.30.4 or later for deepep_version=v2")
+    # torch is checked either way.
+    (torch,) = interpreter_problems(_stack(torch="2.9.1+cu129"), "v2", "/p", nccl_planned="2.30.7")
+    assert "DeepEP V2 needs torch >= 2.10" in torch["msg"]
+
+
 @pytest.mark.parametrize("var, value, why", [
     ("deepep_git_url", "--upload-pack=touch /tmp/pwned;", "it would be read as an option"),
     ("gdrcopy_git_url", "--upload-pack=touch /tmp/pwned;", "it would be read as an option"),
