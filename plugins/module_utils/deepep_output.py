@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Parse the output of DeepEP's tests/test_intranode.py, test_internode.py and test_low_latency.py (V1)."""
+"""Parse the output of DeepEP's tests/test_intranode.py, test_internode.py and test_low_latency.py (V1), and of
+V2's tests/elastic/test_ep.py and test_barrier.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ BEST_INTERNODE_COMBINE_RE = re.compile(
     r"([\d.]+) GB/s \(RDMA\), ([\d.]+) GB/s \(NVL\)")
 LL_RE = re.compile(r"\[rank (\d+)\] Dispatch bandwidth: ([\d.]+) GB/s, avg_t=([\d.]+) us \| "
                    r"Combine bandwidth: ([\d.]+) GB/s, avg_t=([\d.]+) us")
+
+
+# V2 (tests/elastic/test_ep.py): one line per rank, case and kind; SO is the scale-out (RDMA) bandwidth, SU the
+# scale-up (NVLink) one. One rank has no scale-out: its SO is 0.
+ELASTIC_CASE_RE = re.compile(r"^> Testing with (.*?) \.\.\.$")
+ELASTIC_EP_RE = re.compile(
+    r"^[*\-#@+] EP:\s*(\d+)/(\d+) \| (dispatch|expanded dispatch|cached dispatch|combine|reduced combine): "
+    r"(\d+) GB/s \(SO\), (\d+) GB/s \(SU\), ([\d.]+) us, (\d+) bytes")
+ELASTIC_BARRIER_RE = re.compile(r"^> EP:\s*(\d+)/\s*(\d+), barrier time: ([\d.]+) us")
 
 
 def _best(current, candidate, key="gbps"):
@@ -93,11 +103,51 @@ def parse_low_latency(text):
     return {"ranks": ordered, "summary": summary}
 
 
-# The keys each kind of test's thresholds may use (the bandwidths its parser reports).
+def parse_elastic_ep(text):
+    """Every case's per-rank results, and per kind the lowest bandwidths and the longest time over ranks and
+    cases (min_dispatch_su_gbps, min_combine_so_gbps, max_dispatch_us, ...)."""
+    case, cases, results = None, [], []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        match = ELASTIC_CASE_RE.match(line)
+        if match:
+            case = match.group(1)
+            cases.append(case)
+            continue
+        match = ELASTIC_EP_RE.match(line)
+        if match:
+            results.append({"case": case, "rank": int(match.group(1)), "num_ranks": int(match.group(2)),
+                            "kind": match.group(3).replace(" ", "_"), "so_gbps": float(match.group(4)),
+                            "su_gbps": float(match.group(5)), "us": float(match.group(6)), "bytes": int(match.group(7))})
+    summary = {}
+    for kind in sorted(set(item["kind"] for item in results)):
+        mine = [item for item in results if item["kind"] == kind]
+        summary["min_%s_su_gbps" % kind] = min(item["su_gbps"] for item in mine)
+        summary["min_%s_so_gbps" % kind] = min(item["so_gbps"] for item in mine)
+        summary["max_%s_us" % kind] = max(item["us"] for item in mine)
+    return {"cases": cases, "ranks": sorted(set(item["rank"] for item in results)), "results": results,
+            "summary": summary}
+
+
+def parse_elastic_barrier(text):
+    """Each rank's barrier time, and the longest."""
+    ranks = {}
+    for line in (text or "").splitlines():
+        match = ELASTIC_BARRIER_RE.match(line.strip())
+        if match:
+            ranks[int(match.group(1))] = float(match.group(3))
+    return {"ranks": sorted(ranks), "barrier_us": ranks,
+            "summary": {"max_barrier_us": max(ranks.values()) if ranks else None}}
+
+
+# The keys each kind of test's thresholds may use (the bandwidths its parser reports). V2's are the lowest over
+# every rank and case of that kind; a one-node run has no scale-out (SO) bandwidth.
 THRESHOLD_KEYS = {
     "intranode": ("dispatch_fp8", "dispatch_bf16", "combine_bf16"),
     "internode": ("dispatch_fp8", "dispatch_bf16", "combine_bf16"),
     "low_latency": ("dispatch", "combine"),
+    "elastic_ep": ("dispatch_su", "combine_su", "dispatch_so", "combine_so"),
+    "elastic_barrier": (),
 }
 
 

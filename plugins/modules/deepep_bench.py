@@ -15,6 +15,10 @@ description:
     process per GPU, parses the checks that passed and the best bandwidths (intranode) or every rank's
     dispatch and combine bandwidth (low-latency), and fails when the test fails or a bandwidth is under
     its threshold.
+  - For V2, C(tests/elastic/test_ep.py) (O(test=elastic_ep); every rank's scale-up and scale-out bandwidth and time
+    of each dispatch and combine kind in each case; C(--test-first-only) in O(extra_args) runs the first case) and
+    C(tests/elastic/test_barrier.py) (O(test=elastic_barrier), every rank's barrier time). Their kernels are
+    compiled at run time (C(EP_JIT_CACHE_DIR) in O(environment)).
   - Keeps the full output in O(log) and, with O(report), writes the parsed result as JSON.
   - Running a test changes nothing on the node, so the module reports C(changed=false); in check mode it
     runs nothing and says so.
@@ -35,7 +39,7 @@ options:
   test:
     description: Which test to run.
     type: str
-    choices: [intranode, internode, low_latency]
+    choices: [intranode, internode, low_latency, elastic_ep, elastic_barrier]
     required: true
   num_processes:
     description: Processes (one per GPU).
@@ -59,9 +63,10 @@ options:
     default: 900
   thresholds:
     description:
-      - Minimum bandwidths in GB/s. Intranode and internode keys C(dispatch_fp8), C(dispatch_bf16),
+      - Minimum bandwidths in GB/s (none for C(elastic_barrier)). Intranode and internode keys C(dispatch_fp8), C(dispatch_bf16),
         C(combine_bf16) (best of the tuning; for internode the RDMA bandwidth); low-latency keys C(dispatch),
-        C(combine) (the slowest rank).
+        C(combine) (the slowest rank); C(elastic_ep) keys C(dispatch_su), C(combine_su) (scale-up, NVLink),
+        C(dispatch_so), C(combine_so) (scale-out, RDMA; 0 on one node), each the lowest over ranks and cases.
     type: dict
     default: {}
   min_checks_passed:
@@ -152,15 +157,20 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
+    THRESHOLD_KEYS,
     below_thresholds,
+    parse_elastic_barrier,
+    parse_elastic_ep,
     parse_internode,
     parse_intranode,
     parse_low_latency,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
 
-SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py"}
-PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_latency": parse_low_latency}
+SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py",
+           "elastic_ep": os.path.join("elastic", "test_ep.py"), "elastic_barrier": os.path.join("elastic", "test_barrier.py")}
+PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_latency": parse_low_latency,
+           "elastic_ep": parse_elastic_ep, "elastic_barrier": parse_elastic_barrier}
 
 
 SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
@@ -229,9 +239,7 @@ def main():
         module.fail_json(msg="deepep_dir: %s not found; point deepep_dir at a DeepEP V1 source tree" % script)
     if p["num_processes"] < 1:
         module.fail_json(msg="num_processes: %s; set it to the number of GPUs" % p["num_processes"])
-    allowed = {"intranode": {"dispatch_fp8", "dispatch_bf16", "combine_bf16"},
-               "internode": {"dispatch_fp8", "dispatch_bf16", "combine_bf16"},
-               "low_latency": {"dispatch", "combine"}}[p["test"]]
+    allowed = set(THRESHOLD_KEYS[p["test"]])
     unknown = sorted(set(p["thresholds"]) - allowed)
     if unknown:
         module.fail_json(msg="thresholds: %s not known for %s; use %s"
@@ -274,6 +282,9 @@ def main():
         problems.append("%d/%d checks passed" % (parsed["checks_passed"], parsed["checks"]))
     if p["test"] == "low_latency" and len(parsed["ranks"]) != p["num_processes"]:
         problems.append("%d of %d ranks reported bandwidth" % (len(parsed["ranks"]), p["num_processes"]))
+    if p["test"].startswith("elastic_") and len(parsed["ranks"]) != p["num_processes"]:
+        problems.append("%d of %d ranks reported %s" % (len(parsed["ranks"]), p["num_processes"],
+                                                        "results" if p["test"] == "elastic_ep" else "a barrier time"))
     problems.extend(misses)
     result = dict(changed=False, passed=not problems, rc=rc, seconds=seconds, result=parsed,
                   below_thresholds=misses, command=command, log=p["log"], reused=False)

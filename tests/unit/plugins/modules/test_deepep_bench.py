@@ -141,3 +141,40 @@ def test_a_failed_report_is_never_reused(run_module, tree, tmp_path):
     assert failed
     result, failed = bench(run_module, tree, tmp_path, verified_for="fp1", thresholds={"dispatch_fp8": 999})
     assert failed and result["reused"] is False
+
+
+# V2: the recorded output of tests/elastic/ on 1 x H100 (docs/results/deepep-v2-probe-h100, run 6).
+
+def test_elastic_ep_parses_every_kind_and_judges_scale_up(run_module, tree, tmp_path):
+    jit = {"EP_JIT_CACHE_DIR": str(tmp_path / "jit")}
+    result, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=1,
+                           extra_args=["--test-first-only"], environment=dict(_env(tree), **jit),
+                           thresholds={"dispatch_su": 1100, "combine_su": 1200})
+    assert not failed, result
+    summary = result["result"]["summary"]
+    assert summary["min_dispatch_su_gbps"] == 1120.0 and summary["max_dispatch_us"] == 27.309
+    assert summary["min_reduced_combine_su_gbps"] == 385.0 and summary["min_combine_so_gbps"] == 0.0
+    assert result["result"]["cases"][0].startswith("do_handle_copy=1, expert_alignment=128, use_fp8_dispatch=1")
+    assert result["command"][-1] == "--test-first-only"
+    slow, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=1,
+                         environment=dict(_env(tree), **jit), thresholds={"combine_su": 1300})
+    assert failed and slow["below_thresholds"] == ["combine_su on the slowest rank 1270.0 < 1300 GB/s"]
+    two, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=2,
+                        environment=dict(_env(tree), **jit))
+    assert failed and "1 of 2 ranks reported results" in two["msg"]
+    bad, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=1,
+                        environment=dict(_env(tree), **jit), thresholds={"dispatch_fp8": 1})
+    assert failed and "thresholds: dispatch_fp8 not known for elastic_ep" in bad["msg"]
+
+
+def test_elastic_barrier_reports_each_rank(run_module, tree, tmp_path):
+    result, failed = bench(run_module, tree, tmp_path, test="elastic_barrier", num_processes=1,
+                           environment=dict(_env(tree), EP_JIT_CACHE_DIR=str(tmp_path / "jit")))
+    assert not failed, result
+    assert result["result"]["summary"]["max_barrier_us"] == 1.931
+    nojit, failed = bench(run_module, tree, tmp_path, test="elastic_barrier", num_processes=1, environment=_env(tree))
+    assert failed and "exit status 1" in nojit["msg"]
+
+
+def _env(tree):
+    return {"DEEPEP_FIXTURE_OUTPUT": os.path.abspath(os.path.join(FIXTURES, "deepep_output")), "PYTHONPATH": str(tree)}
