@@ -33,14 +33,20 @@ def gdrcopy_commands(jobs=0, kernel_module=False, nvidia_src=""):
     return dict(build=build, verify=verify)
 
 
-def deepep_commands(python):
+# What an import from / must find: V1's extension is the top-level deep_ep_cpp, V2's is deep_ep._C.
+IMPORTS = {"v1": "import deep_ep, deep_ep_cpp", "v2": "import deep_ep, deep_ep._C"}
+
+
+def deepep_commands(python, version="v1"):
     """{build, verify} for DeepEP with the given interpreter: build_ext in place (for the tests and the env
-    script), then bdist_wheel (ninja finds the objects, so it only links and packs); verify imports both modules
-    from / and finds the wheel."""
+    script), then bdist_wheel (ninja finds the objects, so it only links and packs); verify imports the package
+    and its extension from / and finds the wheel."""
     if not python or not python.startswith("/"):
         raise CommandError("python: %r is not an absolute interpreter path" % (python,))
+    if version not in IMPORTS:
+        raise CommandError("version: %r is neither v1 nor v2" % (version,))
     py = shlex.quote(python)
     build = "%s setup.py build_ext --inplace && %s setup.py bdist_wheel --dist-dir dist" % (py, py)
-    verify = ("cd / && PYTHONPATH=\"$SRC_DIR\" %s -c 'import deep_ep, deep_ep_cpp' && ls \"$SRC_DIR\"/dist/*.whl"
-              % py)
+    verify = ("cd / && PYTHONPATH=\"$SRC_DIR\" %s -c %s && ls \"$SRC_DIR\"/dist/*.whl"
+              % (py, shlex.quote(IMPORTS[version])))
     return dict(build=build, verify=verify)

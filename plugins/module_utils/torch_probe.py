@@ -123,6 +123,14 @@ def _stat(path):
         return None
 
 
+def _identity(path):
+    try:
+        st = os.stat(path)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
 def state_key(module, python, script, env):
     """Digest of what the probe's answer depends on, or None when it cannot be read (then the probe runs)."""
     rc, out, dummy = module.run_command([python, "-c", SYS_PATH], environ_update=env, cwd="/")
@@ -143,9 +151,16 @@ def state_key(module, python, script, env):
             driver = handle.readline().strip()
     except OSError:
         driver = None
+    # A library put in place of a wheel's (the nccl layer's NCCL) changes no directory listing above it.
+    wheel_libs = []
+    for path in paths:
+        for package in ("nccl", "nvshmem"):
+            lib = os.path.join(path, "nvidia", package, "lib")
+            if os.path.isdir(lib):
+                wheel_libs.append((lib, [(name, _identity(os.path.join(lib, name))) for name in sorted(os.listdir(lib))]))
     state = {"python": os.path.realpath(python), "python_stat": _stat(os.path.realpath(python)),
              "kernel": os.uname().release, "driver": driver,
-             "sys_path": [(path, _entries(path)) for path in paths], "named": named,
+             "sys_path": [(path, _entries(path)) for path in paths], "named": named, "wheel_libs": wheel_libs,
              "env": sorted(env.items()), "script": hashlib.sha256(script.encode()).hexdigest()}
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 

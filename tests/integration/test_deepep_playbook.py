@@ -490,3 +490,39 @@ def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):
     info = subprocess.run([os.path.join(n4, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
                           check=True).stdout
     assert "NVSHMEM_IBGDA_SUPPORT=ON" in info
+
+
+def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_do(node):
+    # DeepEP V2 on fixtures: the interpreter's torch loads its NCCL wheel's library (2.28.9, with its headers); the
+    # nccl layer builds 2.30.7 and puts it there; DeepEP V2 (tests/fixtures/deepep_v2_src) is built against those
+    # headers with the checked compiler, imported (deep_ep._C), tested (tests/elastic, the recorded 1 x H100
+    # output), and the env script names the JIT cache. A second run changes nothing.
+    python = make_python_site(node["tmp"] / "venv2", nccl_runtime=(2, 28, 9))
+    nccl_dir = node["tmp"] / "venv2" / "site-packages" / "nvidia" / "nccl"
+    (nccl_dir / "include").mkdir()
+    (nccl_dir / "include" / "nccl.h").write_text("#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 9\n")
+    archives = {}
+    for name, fixture, top in (("nccl-2.30.7-1.tar.gz", "nccl_src", "nccl"), ("DeepEP-v2.tar.gz", "deepep_v2_src",
+                                                                              "DeepEP")):
+        archives[top] = node["tmp"] / name
+        with tarfile.open(str(archives[top]), "w:gz") as tar:
+            tar.add(os.path.join(FIXTURES, fixture), arcname=top)
+    extra = json.dumps({"deepep_version": "v2", "deepep_python": python, "deepep_src": str(archives["DeepEP"]),
+                        "nccl_method": "source", "nccl_src": str(archives["nccl"]),
+                        "nccl_prefix": str(node["prefix"] / "nccl"), "nccl_build_user": "", "nccl_build_poll": 1,
+                        "deepep_verify_num_processes": 1})
+    rc, changed, out = run(node, "-e", extra)
+    assert rc == 0, out
+    current = node["prefix"] / "deepep" / "current" / "src"
+    built = (current / "deep_ep" / "_C.py").read_text()
+    assert "NCCL_HEADERS = '2.30.7'" in built and "NCCL_ROOT = '%s'" % nccl_dir in built and "CXX = 'g++'" in built
+    assert "EP_NCCL_ROOT_DIR" not in (current / "deep_ep" / "envs.py").read_text()  # KF37
+    reports = node["prefix"] / "reports"
+    ep = json.loads((reports / "elastic_ep.json").read_text())
+    assert ep["passed"] is True and ep["result"]["summary"]["min_dispatch_su_gbps"] == 1120.0
+    assert json.loads((reports / "elastic_barrier.json").read_text())["result"]["summary"]["max_barrier_us"] == 1.931
+    assert not (reports / "intranode.json").exists()
+    script = (node["prefix"] / "env.sh").read_text()
+    assert "export EP_JIT_CACHE_DIR='%s/jit-cache'\n" % node["prefix"] in script, script
+    rc, changed, out = run(node, "-e", extra)
+    assert rc == 0 and changed == 0, out

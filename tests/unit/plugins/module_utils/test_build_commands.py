@@ -71,6 +71,8 @@ def test_deepep_interpreter_path_arrives_as_data(tmp_path):
                      [python, "setup.py", "bdist_wheel", "--dist-dir", "dist"]]
     calls = run(commands["verify"], tmp_path, [python])
     assert calls[-1] == [python, "-c", "import deep_ep, deep_ep_cpp"]
+    calls = run(deepep_commands(python, version="v2")["verify"], tmp_path, [python])
+    assert calls[-1] == [python, "-c", "import deep_ep, deep_ep._C"]
     assert not pwned.exists()
 
 
@@ -79,6 +81,7 @@ def test_deepep_interpreter_path_arrives_as_data(tmp_path):
     (lambda: gdrcopy_commands(jobs=True), "jobs: True is not a number"),
     (lambda: gdrcopy_commands(kernel_module=True), "needs the NVIDIA driver source"),
     (lambda: deepep_commands("python3"), "python: 'python3' is not an absolute interpreter path"),
+    (lambda: deepep_commands("/usr/bin/python3", version="v3"), "version: 'v3' is neither v1 nor v2"),
 ])
 def test_bad_values_are_refused(call, message):
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -18,6 +18,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
 def tree(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(os.path.join(FIXTURES, "deepep_src"), str(src))
+    shutil.copytree(os.path.join(FIXTURES, "deepep_v2_src", "tests", "elastic"), str(src / "tests" / "elastic"))
     (src / "deep_ep_cpp.py").write_text("")
     return src
 
