@@ -162,31 +162,6 @@ def test_v2_stops_before_building_naming_nccl(node):
     assert not node["prefix"].exists()
 
 
-def test_v2_nccl_layer_builds_nccl_and_puts_it_where_torch_loads_it(node):
-    # --tags nccl: the check before the layers counts the NCCL this layer provides (2.30.7, not the interpreter's
-    # 2.28.9); the fixture NCCL source (tests/fixtures/nccl_src) is built as the build user and put in place of the
-    # interpreter's nvidia/nccl files; a second run changes nothing. As root, like DeepEP in these tests: the verify
-    # step runs the interpreter, and this stand-in's is the test venv's, which the build user cannot execute.
-    archive = node["tmp"] / "nccl-2.30.7-1.tar.gz"
-    with tarfile.open(str(archive), "w:gz") as tar:
-        tar.add(os.path.join(FIXTURES, "nccl_src"), arcname="nccl")
-    extra = json.dumps({"deepep_version": "v2", "nccl_method": "source", "nccl_src": str(archive),
-                        "nccl_prefix": str(node["prefix"] / "nccl"), "nccl_build_user": "",
-                        "nccl_build_poll": 1})
-    rc, changed, out = run(node, "--tags", "nccl", "-e", extra)
-    assert rc == 0, out
-    assert "PLAY [NCCL for DeepEP V2]" in out and "TASK [moe_infra.deepep.deepep : Build DeepEP" not in out
-    nccl_dir = node["tmp"] / "venv" / "site-packages" / "nvidia" / "nccl"
-    record = json.loads((nccl_dir / ".moe_infra_nccl.json").read_text())
-    assert record["version"] == "2.30.7" and record["build_dir"].startswith(str(node["prefix"] / "nccl" / "builds"))
-    answer = subprocess.run([node["python"], "-c", "import ctypes; v = ctypes.c_int(); ctypes.CDLL(%r).ncclGetVersion("
-                             "ctypes.byref(v)); print(v.value)" % str(nccl_dir / "lib" / "libnccl.so.2")],
-                            capture_output=True, text=True, check=True)
-    assert answer.stdout.strip() == "23007"
-    rc, changed, out = run(node, "--tags", "nccl", "-e", extra)
-    assert rc == 0 and changed == 0, out
-
-
 def test_bench_threshold_failure_is_reported(node):
     rc, changed, out = run(node, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}')
     assert rc == 2, out
