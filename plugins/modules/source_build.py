@@ -366,6 +366,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock, describe, kill_group, process_start
 from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies, cxx_runtime_message
+from ansible_collections.moe_infra.deepep.plugins.module_utils.safe_tar import UNSAFE_ERRORS, extract_all
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
     file_digest,
@@ -520,6 +521,10 @@ class SourceBuild(object):
         except ARCHIVE_ERRORS as exc:
             if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                 raise
+            if isinstance(exc, UNSAFE_ERRORS):
+                raise BuildFailed("the source archive %s holds a member that would not stay in the build directory "
+                                  "(%s): nothing was extracted from it. Check where it came from" % (archive, exc),
+                                  unsafe=archive)
             raise BuildFailed("the source archive %s is damaged (%s): nothing was built from it. Replace it with a "
                               "good copy and run again" % (archive, damage_text(exc)), damaged=archive)
         finally:
@@ -527,11 +532,8 @@ class SourceBuild(object):
 
     @staticmethod
     def _extract_all(tar, dest):
-        # The 'data' filter refuses absolute paths, links out of dest and device files.
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
-        else:
-            tar.extractall(dest)  # Python without extraction filters (< 3.11.4; Debian 12's 3.11.2): issue 34
+        # Never as the archive says: no path out of dest, no device, no setuid bit, no foreign owner.
+        extract_all(tar, dest)
 
     # State --------------------------------------------------------------------------------------
 
@@ -795,6 +797,11 @@ class SourceBuild(object):
             except ARCHIVE_ERRORS as exc:
                 if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                     raise
+                if isinstance(exc, UNSAFE_ERRORS):
+                    self.fail("artifact_in: the build archive %s holds a member that would not stay in the build "
+                              "directory (%s): nothing was installed from it; %s. Delete it and check the cache: a node "
+                              "with the same inputs builds it anew" % (artifact, exc, self.kept()), unsafe=artifact,
+                              fingerprint=fp)
                 self.fail("artifact_in: the build archive %s is damaged (%s): nothing was installed from it; %s. "
                           "Delete it and run again: a node with the same inputs builds it anew"
                           % (artifact, damage_text(exc), self.kept()), damaged=artifact, fingerprint=fp)

@@ -637,3 +637,24 @@ def test_a_cached_artifact_with_its_own_cxx_runtime_is_refused(run_module, src, 
                     artifact_in=str(artifact), cxx_runtime_check=True)
     assert "installed but refused: demo was linked with its own copy of libstdc++" in refused["msg"]
     assert not (tmp_path / "other" / "current").exists()
+
+
+@pytest.mark.parametrize("filtered", [True, False])
+def test_a_source_archive_with_a_link_out_of_the_tree_is_refused(run_module, src, tmp_path, monkeypatch, filtered):
+    # filtered False: a Python without tarfile.data_filter (Debian 12's 3.11.2), where the collection checks
+    # each member itself.
+    if not filtered:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    elif not hasattr(tarfile, "data_filter"):
+        pytest.skip("this Python has no tarfile.data_filter")
+    hostile = tmp_path / "demo.tar.gz"
+    with tarfile.open(str(hostile), "w:gz") as tar:
+        tar.add(str(src), arcname="demo")
+        link = tarfile.TarInfo("demo/etc")
+        link.type, link.linkname = tarfile.SYMTYPE, "../../../../../../etc"
+        tar.addfile(link)
+    failed = build(run_module, hostile, tmp_path / "opt", expect_fail=True)
+    assert failed["msg"].startswith("the source archive %s holds a member that would not stay in the build "
+                                    "directory (" % hostile), failed["msg"]
+    assert "nothing was extracted from it" in failed["msg"] and failed["unsafe"] == str(hostile)
+    assert not (tmp_path / "opt" / "current").exists()
