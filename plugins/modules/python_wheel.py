@@ -19,6 +19,9 @@ description:
     torch has other hashes and is installed.
   - Check mode reports what would be installed and changes nothing; a wheel that is not there yet (its build has
     not run in check mode) is reported as a change.
+  - A wheel is refused, and nothing installed, when it holds a top-level C(.pth) file (the interpreter runs its
+    import lines at every start, as root for root's jobs), scripts, headers or data (C(.data/) other than
+    C(purelib) and C(platlib)), or a path out of the site directory: a DeepEP wheel holds none of them.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -164,6 +167,23 @@ def wheel_record(wheel):
         return records[0].split("/")[0], parse_record(archive.read(records[0]).decode("utf-8"))
 
 
+def unsafe_entries(wheel):
+    """[(name, why)] of the wheel's files that a DeepEP wheel never holds and that would run or land outside its
+    package: a top-level .pth (the interpreter runs its import lines at every start), scripts, headers or data
+    (.data/ other than purelib and platlib), a path that leaves the site directory."""
+    found = []
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            parts = name.split("/")
+            if name.startswith("/") or ".." in parts:
+                found.append((name, "it would land outside the site directory"))
+            elif len(parts) == 1 and name.endswith(".pth"):
+                found.append((name, "a .pth file runs its import lines at every start of the interpreter"))
+            elif parts[0].endswith(".data") and len(parts) > 2 and parts[1] not in ("purelib", "platlib"):
+                found.append((name, "%s installs outside the package" % parts[1]))
+    return found
+
+
 def file_hash(path):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -254,8 +274,14 @@ def main():
         module.fail_json(msg="wheel: %s" % problem, site_dir=site)
     try:
         dist_info, expected = wheel_record(wheel)
+        unsafe = unsafe_entries(wheel)
     except (ValueError, zipfile.BadZipFile, KeyError) as exc:
         module.fail_json(msg="wheel: %s" % exc, site_dir=site)
+    if unsafe:
+        module.fail_json(msg="wheel: %s holds %s (%s)%s: nothing was installed; a build that makes this is not "
+                             "DeepEP's" % (wheel, unsafe[0][0], unsafe[0][1],
+                                           " and %d more such files" % (len(unsafe) - 1) if len(unsafe) > 1 else ""),
+                         unsafe=[name for name, dummy in unsafe], site_dir=site)
     dist_name, dummy, version = dist_info[:-len(".dist-info")].partition("-")
     result = dict(wheel=wheel, distribution={"name": dist_name, "version": version}, site_dir=site)
     stale = differing(site, expected)

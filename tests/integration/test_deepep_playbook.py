@@ -283,7 +283,7 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     system = ["System layers, one reboot at most, then GDRCopy", "Report per host what the system layers left"]
     build = ["Preflight (read-only discovery and per-layer report)", "Check the DeepEP inputs before changing anything",
              "Python environment for DeepEP (the given interpreter, or a venv with the pinned torch)",
-             "GDRCopy library", "NVSHMEM with IBGDA", "DeepEP", "Summary per host"]
+             "GDRCopy library", "NVSHMEM with IBGDA", "NCCL for DeepEP V2", "DeepEP", "Summary per host"]
     assert order == checks + ["Preflight (read-only discovery and per-layer report)"] + checks + system + checks + build
     # The variables were checked once: the copies system.yml and deepep.yml start with matched no host.
     assert out.count("TASK [Check the variables set for this host]") == 1

@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import zipfile
+
+import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import python_wheel as module
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
@@ -114,3 +117,24 @@ def test_the_fixture_interpreter_puts_pythonpath_before_its_site_packages(run_mo
     out = subprocess.run([python, "-c", "import deep_ep; print(deep_ep.__file__)"], cwd="/", capture_output=True,
                          text=True, check=True, env=dict(os.environ, PYTHONPATH=str(build))).stdout
     assert out.strip() == str(build / "deep_ep" / "__init__.py")
+
+
+@pytest.mark.parametrize("extra, why", [
+    ("zz_hook.pth", "a .pth file runs its import lines at every start of the interpreter"),
+    ("deep_ep-1.2.1.data/scripts/deep_ep_run", "scripts installs outside the package"),
+    ("deep_ep-1.2.1.data/data/etc/profile.d/x.sh", "data installs outside the package"),
+    ("../escape.py", "it would land outside the site directory"),
+])
+def test_a_wheel_with_a_pth_or_scripts_is_refused_and_nothing_installed(run_module, tmp_path, extra, why):
+    # A hostile build (run as the build user) adds a file that would run as root, and lists it in RECORD or not:
+    # the wheel's own file list decides.
+    python = make_python_site(tmp_path / "venv")
+    dist = build_wheel(python, tmp_path / "src")
+    wheel = next(dist.glob("*.whl"))
+    with zipfile.ZipFile(str(wheel), "a") as archive:
+        archive.writestr(extra, "import os; os.system('touch /tmp/moe-infra-pwned')\n")
+    result, failed = run_module(module, {"python": python, "wheel": str(dist)})
+    assert failed and result["msg"] == ("wheel: %s holds %s (%s): nothing was installed; a build that makes this is "
+                                        "not DeepEP's" % (wheel, extra, why)), result
+    site = tmp_path / "venv" / "site-packages"
+    assert not (site / "deep_ep_cpp.py").exists() and not list(site.glob("*.pth"))
