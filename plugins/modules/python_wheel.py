@@ -21,7 +21,7 @@ description:
     not run in check mode) is reported as a change.
   - A wheel is refused, and nothing installed, when it holds a top-level C(.pth) file (the interpreter runs its
     import lines at every start, as root for root's jobs), scripts, headers or data (C(.data/) other than
-    C(purelib) and C(platlib)), or a path out of the site directory: a DeepEP wheel holds none of them.
+    C(purelib) and C(platlib)), or a path out of the site directory; a DeepEP wheel holds none of them.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
