@@ -415,14 +415,41 @@ def kf31(ev):
     if version != "v2":
         return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
     python = ev.get("python") or {}
+    # What the import loaded (ncclGetVersion) says more than the wheel's metadata: the nccl layer's source build
+    # sits in place of the wheel's files.
     nccl = (python.get("torch") or {}).get("nccl")
     wheel = (python.get("nccl_wheel") or {}).get("version")
-    found = version_tuple(wheel or nccl)
+    found = version_tuple(nccl or wheel)
     if found is None:
         return UNKNOWN, "NCCL version unknown"
     if found < (2, 30, 4):
-        return PROBLEM, "NCCL %s (< 2.30.4)" % (wheel or nccl)
-    return OK, "NCCL %s" % (wheel or nccl)
+        return PROBLEM, "NCCL %s (< 2.30.4)" % (nccl or wheel)
+    return OK, "NCCL %s" % (nccl or wheel)
+
+
+def kf37(ev):
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    if version != "v2":
+        return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
+    persisted = ev.get("deepep_persisted_nccl_root")
+    if persisted:
+        return PROBLEM, ("deep_ep/envs.py persists EP_NCCL_ROOT_DIR=%s: DeepEP loads that NCCL beside the one torch "
+                         "loads" % persisted)
+    libs = ((ev.get("python") or {}).get("torch") or {}).get("nccl_libs")
+    if libs is None:
+        return UNKNOWN, "the interpreter was not probed"
+    if len(libs) > 1:
+        return PROBLEM, "one import loads %d NCCL libraries: %s" % (len(libs), ", ".join(libs))
+    return OK, "one NCCL: %s" % (libs[0] if libs else "none loaded by the import")
+
+
+def cxx_runtime(ev):
+    copies = ev.get("deepep_cxx_runtime")
+    if copies is None:
+        return NOT_APPLICABLE, "no DeepEP build"
+    if copies:
+        return PROBLEM, "; ".join("%s defines %s" % (item["path"], ", ".join(item["defines"])) for item in copies)
+    return OK, "DeepEP's shared objects use the shared libstdc++"
 
 
 def kf32(ev):
@@ -580,6 +607,12 @@ CHECKS = [
     Check("KF36", "static IBGDA env on a node without HCAs",
           "render the IBGDA variables only where HCAs are discovered (the deepep role's env script does)", STATE,
           state=kf36),
+    Check("KF37", "two NCCL runtimes in one process (DeepEP V2: Duplicate NCCL runtime)",
+          "build DeepEP without EP_NCCL_ROOT_DIR and provide one NCCL where torch loads it (the nccl layer)", STATE,
+          logs=[r"Duplicate NCCL runtime"], state=kf37),
+    Check("CXXRT", "DeepEP's extension carries its own libstdc++ (V2's JIT crashes in std::regex)",
+          "rebuild with a compiler whose libstdc++ is shared (deepep_cxx, e.g. /usr/bin/g++)", STATE,
+          state=cxx_runtime),
     Check("MEMLOCK", "locked-memory limit (ulimit -l) below unlimited",
           "LimitMEMLOCK=infinity / memlock unlimited in limits.conf", STATE, state=memlock),
     Check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE, state=gpus_present),

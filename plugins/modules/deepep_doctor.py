@@ -168,6 +168,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import BY_ID, CHECKS, diagnose, summary
+from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
 from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import discover_gpus
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
@@ -338,6 +339,17 @@ def dpkg_installed(root, package):
     return False
 
 
+def persisted_nccl_root(path):
+    """The EP_NCCL_ROOT_DIR DeepEP V2's setup.py wrote into deep_ep/envs.py (KF37), or None."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (OSError, IOError):
+        return None
+    match = re.search(r"persistent_envs\['EP_NCCL_ROOT_DIR'\] = '([^']*)'", text)
+    return match.group(1) if match else None
+
+
 def gather(module, probe=True):
     """The node's evidence. probe=False (preflight_only: no preflight check reads them) leaves out the two
     interpreter probes and nvshmem-info, each a few seconds on a GPU node where they import torch."""
@@ -349,6 +361,7 @@ def gather(module, probe=True):
     header, dmabuf = header_has_dmabuf_data_direct(p["include_dirs"])
     env_script = parse_env_script(p["env_script"] or os.path.join(prefix, "env.sh"))
     deepep_stamp = read_json(os.path.join(prefix, "deepep", "current", ".moe_infra_stamp.json"))
+    deepep_src = os.path.join(prefix, "deepep", "current", "src")
     stamp_inputs = ((deepep_stamp or {}).get("inputs") or {}).get("inputs") or {}
     python = p["python"] or (os.path.join(prefix, "venv", "bin", "python")
                              if os.path.exists(os.path.join(prefix, "venv", "bin", "python")) else "")
@@ -387,6 +400,8 @@ def gather(module, probe=True):
         "deepep_version": p["deepep_version"] or stamp_inputs.get("deepep_version"),
         "deepep_nvshmem_35_fix": p["deepep_nvshmem_35_fix"],
         "deepep_tree": tree_owners(os.path.join(prefix, "deepep", "current", "src")),
+        "deepep_cxx_runtime": cxx_runtime_copies(deepep_src) if os.path.isdir(deepep_src) else None,
+        "deepep_persisted_nccl_root": persisted_nccl_root(os.path.join(deepep_src, "deep_ep", "envs.py")),
         "nvshmem": nvshmem_info(module, nvshmem_root if probe else "", (py or {}).get("nvshmem_wheel")),
         "gdrcopy": {"root": gdrcopy_root if os.path.isdir(gdrcopy_root) else None,
                     "header": gdrcopy_header if os.path.exists(gdrcopy_header) else None},

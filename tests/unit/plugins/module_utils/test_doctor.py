@@ -150,6 +150,10 @@ TRIGGERS = {
     "KF35": lambda ev: ev.update(container=True, gdrdrv_dkms_installed=True),
     "KF36": all_of(no_hcas),
     "MEMLOCK": lambda ev: ev.update(memlock_soft=64 * 1024 * 1024),
+    "KF37": all_of(lambda ev: ev.update(deepep_version="v2"), lambda ev: ev["python"]["torch"].update(nccl_libs=[
+        "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2.30.7"])),
+    "CXXRT": lambda ev: ev.update(deepep_cxx_runtime=[{"path": "deep_ep/_C.cpython-312-x86_64-linux-gnu.so",
+                                                       "defines": ["std::locale::classic()"]}]),
 }
 
 
@@ -160,7 +164,7 @@ def status_of(check_id, ev):
 def test_every_check_has_a_triggering_case():
     node_checks = set(c.id for c in doctor.CHECKS) - {"GPUS"}
     assert node_checks == set(TRIGGERS)
-    assert set("KF%02d" % i for i in range(1, 37)) <= set(c.id for c in doctor.CHECKS)
+    assert set("KF%02d" % i for i in range(1, 38)) <= set(c.id for c in doctor.CHECKS)
 
 
 @pytest.mark.parametrize("check_id", sorted(TRIGGERS))
@@ -186,6 +190,23 @@ HEALTHY_OK = ["KF01", "KF02", "KF03", "KF04", "KF05", "KF06", "KF07", "KF08", "K
 @pytest.mark.parametrize("check_id", HEALTHY_OK)
 def test_healthy_node_is_ok(check_id):
     assert status_of(check_id, evidence())["status"] == "ok"
+
+
+def test_v2_nccl_is_judged_by_the_library_loaded_and_one_runtime():
+    v2 = lambda ev: ev.update(deepep_version="v2")  # noqa: E731
+    # The nccl layer's 2.30.7 in place of the wheel's files: the wheel's metadata still says 2.28.9.
+    placed = all_of(v2, lambda ev: ev["python"]["torch"].update(
+        nccl="2.30.7", nccl_libs=["/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"]),
+        lambda ev: ev["python"].update(nccl_wheel={"version": "2.28.9"}))
+    assert status_of("KF31", evidence(placed))["status"] == "ok"
+    assert status_of("KF37", evidence(placed))["status"] == "ok"
+    persisted = all_of(placed, lambda ev: ev.update(deepep_persisted_nccl_root="/opt/nccl/build"))
+    finding = status_of("KF37", evidence(persisted))
+    assert finding["status"] == "problem" and "persists EP_NCCL_ROOT_DIR=/opt/nccl/build" in finding["evidence"]
+    logged = all_of(placed, lambda ev: ev.update(logs={"/opt/deepep/reports/elastic_ep.log": (
+        "AssertionError: Duplicate NCCL runtime found in the current system: a and b")}))
+    assert status_of("KF37", evidence(logged))["status"] == "problem"
+    assert status_of("CXXRT", evidence(lambda ev: ev.update(deepep_cxx_runtime=[])))["status"] == "ok"
 
 
 def test_kf36_is_the_h200_without_nics_case():
@@ -313,14 +334,14 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|MEMLOCK|GPUS) \|", line)]
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|MEMLOCK|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 
 def test_the_docs_counts():
     known = [c for c in doctor.CHECKS if c.id.startswith("KF")]
     state = [c for c in known if c.detect == doctor.STATE]
-    assert (len(known), len(state), sum(1 for c in state if c.log_patterns)) == (36, 33, 23)
+    assert (len(known), len(state), sum(1 for c in state if c.log_patterns)) == (37, 34, 24)
     assert sorted(c.id for c in known if c.detect == doctor.LOG) == ["KF13", "KF26"]
     assert [c.id for c in known if c.detect == doctor.FLEET] == ["KF30"]
 

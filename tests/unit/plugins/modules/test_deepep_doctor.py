@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+
+import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import render_lines
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor as module
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.cxx_objects import build_extension
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
 
 CONF = 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n'
@@ -153,3 +157,26 @@ def test_preflight_only_does_not_start_the_interpreter(run_module, tmp_path):
     assert not starts.exists()
     doctor(run_module, args, python=str(python))
     assert starts.read_text().count("started") == 2  # the torch stack and the deep_ep import
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++ for the extension fixtures")
+def test_v2_build_with_its_own_libstdcxx_and_a_persisted_nccl_root(run_module, tmp_path):
+    args = node(tmp_path, machine=machines.h200_no_nics, conf=False)
+    prefix = tmp_path / "opt"
+    src = prefix / "deepep" / "builds" / "fp" / "src"
+    os.makedirs(str(src / "deep_ep"))
+    os.symlink(str(prefix / "deepep" / "builds" / "fp"), str(prefix / "deepep" / "current"))
+    stamp = {"name": "deepep", "fingerprint": "fp", "inputs": {"inputs": {"deepep_version": "v2"}}}
+    write(prefix / "deepep" / "current" / ".moe_infra_stamp.json", json.dumps(stamp))
+    # What V2's setup.py writes when EP_NCCL_ROOT_DIR was set for the build (KF37).
+    write(src / "deep_ep" / "envs.py", "# Pre-installed environment variables\npersistent_envs = dict()\n"
+          "persistent_envs['EP_NCCL_ROOT_DIR'] = '/opt/nccl/build'\n")
+    build_extension(src / "deep_ep", "_C.cpython-312-x86_64-linux-gnu.so", static_runtime=True)
+    result, by_id = doctor(run_module, args)
+    assert by_id["KF37"]["status"] == "problem" and "EP_NCCL_ROOT_DIR=/opt/nccl/build" in by_id["KF37"]["evidence"]
+    assert by_id["CXXRT"]["status"] == "problem"
+    assert by_id["CXXRT"]["evidence"].startswith("deep_ep/_C.cpython-312-x86_64-linux-gnu.so defines std::ctype")
+    build_extension(src / "deep_ep", "_C.cpython-312-x86_64-linux-gnu.so", static_runtime=False)
+    write(src / "deep_ep" / "envs.py", "persistent_envs = dict()\n")
+    result, by_id = doctor(run_module, args)
+    assert by_id["CXXRT"]["status"] == "ok" and by_id["KF37"]["status"] != "problem"
