@@ -109,10 +109,11 @@ def deepep_node_report(node, plan=None):
     return report_lines(node, plan if plan is not None else layer_plan(node))
 
 
-def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False, ld_library_path=""):
+def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False, ld_library_path="",
+               jit_cache_dir=""):
     node = _check_node(node)
     try:
-        result = build_env(node, pythonpath, ld_preload, extra, force_ibgda, ld_library_path)
+        result = build_env(node, pythonpath, ld_preload, extra, force_ibgda, ld_library_path, jit_cache_dir)
     except EnvError as exc:
         raise AnsibleFilterError(str(exc))
     result["lines"] = render_lines(result)

@@ -28,7 +28,7 @@ def deepep_build_outcome(result):
 
 def deepep_test_runs(registered):
     """The registered loop of deepep_bench (deepep_tests) -> [{test, passed, reused, seconds, thresholds,
-    below_thresholds, result}] for the tests that ran or were reused."""
+    below_thresholds, result, jit}] for the tests that ran or were reused."""
     if registered is None or registered == "":
         return []
     if not isinstance(registered, dict):
@@ -41,7 +41,7 @@ def deepep_test_runs(registered):
         runs.append({"test": loop.get("test"), "thresholds": loop.get("thresholds") or {},
                      "passed": bool(item.get("passed")), "reused": bool(item.get("reused")),
                      "seconds": item.get("seconds"), "below_thresholds": item.get("below_thresholds") or [],
-                     "result": item.get("result") or {}})
+                     "result": item.get("result") or {}, "jit": item.get("jit")})
     return runs
 
 

@@ -120,6 +120,8 @@ def layer_cells(site):
                           "text": ("failed: " + ", ".join(failed)) if failed else
                           ("passed (earlier run)" if reused or earlier else "passed"),
                           "detail": "; ".join([b for run in runs for b in run.get("below_thresholds") or []]
+                                              + [_jit_warmup(run) for run in runs if run.get("test") == "jit_warmup"
+                                                 and run.get("jit")]
                                               + (["results of the run at %s" % earlier] if earlier else []))}
 
     doctor = site.get("doctor") or {}
@@ -127,6 +129,14 @@ def layer_cells(site):
     for cell in cells.values():
         cell.setdefault("fingerprint", None)
     return cells
+
+
+def _jit_warmup(run):
+    jit = run["jit"]
+    size = "%d kernels, %.1f MiB" % (jit.get("kernels") or 0, (jit.get("bytes") or 0) / 1048576.0)
+    if run.get("reused"):
+        return "JIT cache warmed by an earlier run (%s then)" % size
+    return "JIT warm-up %s s: %d kernels compiled (cache %s)" % (run.get("seconds"), jit.get("compiled") or 0, size)
 
 
 def _doctor_cell(summary):

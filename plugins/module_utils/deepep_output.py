@@ -148,6 +148,7 @@ THRESHOLD_KEYS = {
     "low_latency": ("dispatch", "combine"),
     "elastic_ep": ("dispatch_su", "combine_su", "dispatch_so", "combine_so"),
     "elastic_barrier": (),
+    "jit_warmup": (),
 }
 
 

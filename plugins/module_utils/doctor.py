@@ -452,6 +452,25 @@ def cxx_runtime(ev):
     return OK, "DeepEP's shared objects use the shared libstdc++"
 
 
+def jit_cache(ev):
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    if version != "v2":
+        return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
+    stats = ev.get("jit_cache")
+    if stats is None:
+        return PROBLEM, ("the env script names no EP_JIT_CACHE_DIR: every job compiles its kernels on first use "
+                         "into ~/.deep_ep")
+    if not stats["exists"]:
+        return PROBLEM, "EP_JIT_CACHE_DIR=%s does not exist" % stats["dir"]
+    if stats["corrupted"]:
+        return PROBLEM, ("%d kernel directories without kernel.cu and kernel.cubin (DeepEP stops on them: Corrupted "
+                         "JIT cache directory): %s" % (len(stats["corrupted"]), ", ".join(stats["corrupted"][:3])))
+    if not stats["kernels"]:
+        return PROBLEM, "%s holds no kernel: not warmed" % stats["dir"]
+    return OK, "%s: %d kernels, %d KiB, mode %s" % (stats["dir"], stats["kernels"], stats["bytes"] // 1024,
+                                                     stats["mode"])
+
+
 def kf32(ev):
     if not _hcas(ev):
         return NOT_APPLICABLE, "no RDMA HCA: no internode runs"
@@ -613,6 +632,9 @@ CHECKS = [
     Check("CXXRT", "DeepEP's extension carries its own libstdc++ (V2's JIT crashes in std::regex)",
           "rebuild with a compiler whose libstdc++ is shared (deepep_cxx, e.g. /usr/bin/g++)", STATE,
           state=cxx_runtime),
+    Check("JITCACHE", "DeepEP V2's JIT cache missing, empty or corrupted (jobs compile, or stop, at start)",
+          "rerun the deepep role (--tags deepep): it warms the cache after a build; remove corrupted kernel "
+          "directories first", STATE, logs=[r"Corrupted JIT cache directory"], state=jit_cache),
     Check("MEMLOCK", "locked-memory limit (ulimit -l) below unlimited",
           "LimitMEMLOCK=infinity / memlock unlimited in limits.conf", STATE, state=memlock),
     Check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE, state=gpus_present),

@@ -41,9 +41,9 @@ def mapped_gid_index(node):
     return values.pop() if values else None
 
 
-def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld_library_path=""):
-    """{env, path_env, ibgda, notes} for the env script and the tests."""
-    env, path_env, notes = {}, {}, []
+def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld_library_path="", jit_cache_dir=""):
+    """{env, path_env, jit_env, ibgda, notes} for the env script and the tests."""
+    env, path_env, jit_env, notes = {}, {}, {}, []
     mapping = node["topology"].get("mapping", [])
     ibgda = bool(mapping) or force_ibgda
     if ibgda:
@@ -79,7 +79,11 @@ def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld
         path_env["LD_PRELOAD"] = ld_preload
     if ld_library_path:
         path_env["LD_LIBRARY_PATH"] = ld_library_path
-    return {"env": env, "path_env": path_env, "ibgda": ibgda, "notes": notes}
+    # DeepEP V2's JIT writes kernels into its cache on a miss: the shared, warmed cache is named only to those who
+    # can write there; others keep DeepEP's default (~/.deep_ep) and compile on first use. deepep_env_extra wins.
+    if jit_cache_dir and "EP_JIT_CACHE_DIR" not in env:
+        jit_env["EP_JIT_CACHE_DIR"] = jit_cache_dir
+    return {"env": env, "path_env": path_env, "jit_env": jit_env, "ibgda": ibgda, "notes": notes}
 
 
 def _quote(value):
@@ -89,6 +93,9 @@ def _quote(value):
 def render_lines(result):
     """Shell lines: plain exports, then search paths prepended only when absent."""
     lines = ["export %s=%s" % (name, _quote(value)) for name, value in sorted(result["env"].items())]
+    for name, value in sorted(result.get("jit_env", {}).items()):
+        lines.append("if [ -w %s ] && [ -w %s ]; then export %s=%s; fi"
+                     % (_quote(value + "/cache"), _quote(value + "/tmp"), name, _quote(value)))
     for name, value in sorted(result["path_env"].items()):
         lines.append('case ":${%s:-}:" in *:%s:*) ;; *) export %s=%s"${%s:+:$%s}" ;; esac'
                      % (name, _quote(value), name, _quote(value), name, name))
@@ -98,6 +105,7 @@ def render_lines(result):
 def process_env(result):
     """Environment for processes started directly (tests): plain values, search paths as given."""
     merged = dict(result["env"])
+    merged.update(result.get("jit_env", {}))
     merged.update(result["path_env"])
     return merged
 

@@ -19,6 +19,10 @@ description:
     of each dispatch and combine kind in each case; C(--test-first-only) in O(extra_args) runs the first case) and
     C(tests/elastic/test_barrier.py) (O(test=elastic_barrier), every rank's barrier time). Their kernels are
     compiled at run time (C(EP_JIT_CACHE_DIR) in O(environment)).
+  - O(test=jit_warmup) runs C(tests/elastic/test_ep.py) with O(extra_args) (e.g. C(--skip-check --skip-perf-test),
+    every case without its checks and timing) to fill the JIT cache O(jit_cache_dir) for this node's GPUs, so that
+    jobs of the same shape compile nothing. It passes when the test exits 0 and the cache then holds kernels.
+  - With O(jit_cache_dir), the result says how many kernels the run compiled into the cache and its size.
   - Keeps the full output in O(log) and, with O(report), writes the parsed result as JSON.
   - Running a test changes nothing on the node, so the module reports C(changed=false); in check mode it
     runs nothing and says so.
@@ -39,7 +43,7 @@ options:
   test:
     description: Which test to run.
     type: str
-    choices: [intranode, internode, low_latency, elastic_ep, elastic_barrier]
+    choices: [intranode, internode, low_latency, elastic_ep, elastic_barrier, jit_warmup]
     required: true
   num_processes:
     description: Processes (one per GPU).
@@ -92,6 +96,11 @@ options:
     description: Run the test even when O(report) holds a pass for the same O(verified_for) and inputs.
     type: bool
     default: false
+  jit_cache_dir:
+    description:
+      - DeepEP V2's JIT cache (the C(EP_JIT_CACHE_DIR) of O(environment)); its kernels are counted before and
+        after the run. Required for O(test=jit_warmup).
+    type: path
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -147,6 +156,12 @@ reused:
   description: Whether the result is an earlier pass read from O(report) (nothing ran).
   returned: always
   type: bool
+jit:
+  description:
+    - With O(jit_cache_dir), C(kernels_before), C(kernels) (after the run), C(compiled), C(bytes) (the cache's
+      size), C(corrupted) (kernel directories without C(kernel.cu) and C(kernel.cubin)).
+  returned: when jit_cache_dir is given
+  type: dict
 """
 
 import hashlib
@@ -166,15 +181,17 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output imp
     parse_low_latency,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
+from ansible_collections.moe_infra.deepep.plugins.module_utils.jit_cache import jit_cache_stats
 
 SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py",
-           "elastic_ep": os.path.join("elastic", "test_ep.py"), "elastic_barrier": os.path.join("elastic", "test_barrier.py")}
+           "elastic_ep": os.path.join("elastic", "test_ep.py"), "elastic_barrier": os.path.join("elastic", "test_barrier.py"),
+           "jit_warmup": os.path.join("elastic", "test_ep.py")}
 PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_latency": parse_low_latency,
-           "elastic_ep": parse_elastic_ep, "elastic_barrier": parse_elastic_barrier}
+           "elastic_ep": parse_elastic_ep, "elastic_barrier": parse_elastic_barrier, "jit_warmup": parse_elastic_ep}
 
 
 SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
-REPORT_KEYS = ("passed", "rc", "seconds", "result", "below_thresholds", "command")
+REPORT_KEYS = ("passed", "rc", "seconds", "result", "below_thresholds", "command", "jit")
 
 
 def verification_key(params, command):
@@ -183,7 +200,8 @@ def verification_key(params, command):
         return None
     what = dict(verified_for=params["verified_for"], command=command, timeout=params["timeout"],
                 environment={k: str(v) for k, v in params["environment"].items()}, env_script=params["env_script"],
-                thresholds=params["thresholds"], min_checks_passed=params["min_checks_passed"])
+                thresholds=params["thresholds"], min_checks_passed=params["min_checks_passed"],
+                jit_cache_dir=params["jit_cache_dir"])
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
@@ -218,6 +236,7 @@ def main():
             report=dict(type="path"),
             verified_for=dict(type="str", default=""),
             rerun=dict(type="bool", default=False),
+            jit_cache_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -226,6 +245,10 @@ def main():
     command = [p["python"], script, "--num-processes", str(p["num_processes"])] + p["extra_args"]
     verification = verification_key(p, command)
     earlier = None if p["rerun"] else earlier_pass(p["report"], verification)
+    if earlier and p["test"] == "jit_warmup" and p["jit_cache_dir"]:
+        # A warm-up vouches for the cache it left: one emptied or pruned since is warmed again.
+        if jit_cache_stats(p["jit_cache_dir"])["kernels"] < ((earlier.get("jit") or {}).get("kernels") or 0):
+            earlier = None
     if earlier:
         module.exit_json(changed=False, reused=True, log=p["log"], **{k: earlier.get(k) for k in REPORT_KEYS},
                          msg="DeepEP %s test not run again: it passed for %s with the same command, environment "
@@ -237,6 +260,8 @@ def main():
                          command=command, msg="check mode: would run %s" % " ".join(command))
     if not os.path.isfile(script):
         module.fail_json(msg="deepep_dir: %s not found; point deepep_dir at a DeepEP V1 source tree" % script)
+    if p["test"] == "jit_warmup" and not p["jit_cache_dir"]:
+        module.fail_json(msg="jit_cache_dir: required for test=jit_warmup; set it to the EP_JIT_CACHE_DIR of environment")
     if p["num_processes"] < 1:
         module.fail_json(msg="num_processes: %s; set it to the number of GPUs" % p["num_processes"])
     allowed = set(THRESHOLD_KEYS[p["test"]])
@@ -260,6 +285,7 @@ def main():
             env[key] = "%s:%s" % (env[key], inherited)
     os.makedirs(os.path.dirname(p["log"]) or ".", exist_ok=True)
     timeout_bin = module.get_bin_path("timeout", required=True)
+    jit_before = jit_cache_stats(p["jit_cache_dir"]) if p["jit_cache_dir"] else None
     started = time.time()
     # A hang is a failure: timeout kills the test (and, 30 s later, whatever ignores SIGTERM).
     rc, out, err = module.run_command([timeout_bin, "--kill-after=30", str(p["timeout"])] + command,
@@ -286,8 +312,20 @@ def main():
         problems.append("%d of %d ranks reported %s" % (len(parsed["ranks"]), p["num_processes"],
                                                         "results" if p["test"] == "elastic_ep" else "a barrier time"))
     problems.extend(misses)
+    jit = None
+    if jit_before is not None:
+        after = jit_cache_stats(p["jit_cache_dir"])
+        jit = dict(kernels_before=jit_before["kernels"], kernels=after["kernels"],
+                   compiled=max(after["kernels"] - jit_before["kernels"], 0), bytes=after["bytes"],
+                   corrupted=after["corrupted"])
+        if after["corrupted"]:
+            problems.append("%d corrupted kernel directories in the JIT cache (no kernel.cu or kernel.cubin): %s"
+                            % (len(after["corrupted"]), ", ".join(after["corrupted"][:3])))
+        if p["test"] == "jit_warmup" and rc == 0 and after["kernels"] == 0:
+            problems.append("the warm-up left no kernel in %s/cache: the environment's EP_JIT_CACHE_DIR must name "
+                            "jit_cache_dir" % p["jit_cache_dir"])
     result = dict(changed=False, passed=not problems, rc=rc, seconds=seconds, result=parsed,
-                  below_thresholds=misses, command=command, log=p["log"], reused=False)
+                  below_thresholds=misses, command=command, log=p["log"], reused=False, jit=jit)
     if p["report"]:
         with open(p["report"], "w") as handle:
             json.dump(dict(test=p["test"], num_processes=p["num_processes"], verified_for=p["verified_for"],
@@ -295,7 +333,9 @@ def main():
     if problems:
         tail = "".join(text.splitlines(True)[-30:])
         module.fail_json(msg="DeepEP %s test failed: %s" % (p["test"], "; ".join(problems)), log_tail=tail, **result)
-    module.exit_json(msg="DeepEP %s test passed in %ss" % (p["test"], seconds), **result)
+    compiled = "" if jit is None else ", %d kernels compiled (%d in the JIT cache, %d KiB)" % (
+        jit["compiled"], jit["kernels"], jit["bytes"] // 1024)
+    module.exit_json(msg="DeepEP %s test passed in %ss%s" % (p["test"], seconds, compiled), **result)
 
 
 if __name__ == "__main__":

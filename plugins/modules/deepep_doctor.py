@@ -170,6 +170,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import BY_ID, CHECKS, diagnose, summary
 from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
+from ansible_collections.moe_infra.deepep.plugins.module_utils.jit_cache import jit_cache_stats
 from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import discover_gpus
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
     effective_options,
@@ -401,6 +402,8 @@ def gather(module, probe=True):
         "deepep_nvshmem_35_fix": p["deepep_nvshmem_35_fix"],
         "deepep_tree": tree_owners(os.path.join(prefix, "deepep", "current", "src")),
         "deepep_cxx_runtime": cxx_runtime_copies(deepep_src) if os.path.isdir(deepep_src) else None,
+        "jit_cache": (jit_cache_stats(env_script["vars"]["EP_JIT_CACHE_DIR"])
+                      if env_script["vars"].get("EP_JIT_CACHE_DIR") else None),
         "deepep_persisted_nccl_root": persisted_nccl_root(os.path.join(deepep_src, "deep_ep", "envs.py")),
         "nvshmem": nvshmem_info(module, nvshmem_root if probe else "", (py or {}).get("nvshmem_wheel")),
         "gdrcopy": {"root": gdrcopy_root if os.path.isdir(gdrcopy_root) else None,

@@ -497,7 +497,18 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
     assert ep["passed"] is True and ep["result"]["summary"]["min_dispatch_su_gbps"] == 1120.0
     assert json.loads((reports / "elastic_barrier.json").read_text())["result"]["summary"]["max_barrier_us"] == 1.931
     assert not (reports / "intranode.json").exists()
+    # The JIT warm-up ran first and filled the cache; the tests after it compiled nothing.
+    warmup = json.loads((reports / "jit_warmup.json").read_text())
+    assert warmup["passed"] is True and warmup["jit"]["compiled"] == 10 and warmup["jit"]["kernels_before"] == 0
+    assert warmup["command"][-2:] == ["--skip-check", "--skip-perf-test"]
+    assert ep["jit"]["compiled"] == 0 and ep["jit"]["kernels"] == 10
+    cache = node["prefix"] / "jit-cache"
+    assert sorted(os.listdir(str(cache))) == ["cache", "tmp"] and oct(cache.stat().st_mode & 0o7777) == "0o755"
     script = (node["prefix"] / "env.sh").read_text()
-    assert "export EP_JIT_CACHE_DIR='%s/jit-cache'\n" % node["prefix"] in script, script
+    jit_line = ("if [ -w '{0}/cache' ] && [ -w '{0}/tmp' ]; then export EP_JIT_CACHE_DIR='{0}'; fi\n"
+                .format(cache))
+    assert jit_line in script, script
+    assert re.search(r"\n +compiled: 10\n", out), out  # the warm-up in this node's recorded result
     rc, changed, out = run(node, "-e", extra)
     assert rc == 0 and changed == 0, out
+    assert re.search(r"\n +compiled: 10\n", out) and "item=jit_warmup" in out, out

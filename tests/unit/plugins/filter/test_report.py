@@ -31,7 +31,7 @@ def test_test_runs_name_each_test_and_skip_what_did_not_run():
         {"item": {"test": "low_latency", "thresholds": {}}, "skipped": True}]}
     assert deepep_test_runs(registered) == [{"test": "intranode", "thresholds": {"dispatch_fp8": 240}, "passed": True,
                                              "reused": True, "seconds": 0.0, "below_thresholds": [],
-                                             "result": {"checks": 24}}]
+                                             "result": {"checks": 24}, "jit": None}]
     assert deepep_test_runs(None) == []
 
 

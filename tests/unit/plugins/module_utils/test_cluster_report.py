@@ -90,6 +90,19 @@ def test_reboot_pending_and_failed_tests_show_as_such():
     assert cells["tests"]["state"] == "failed" and cells["tests"]["detail"] == "dispatch_fp8 200.0 < 240 GB/s"
 
 
+def test_the_jit_warm_up_is_reported_with_its_time_and_the_cache_size():
+    summary = site_summary()
+    warmup = {"test": "jit_warmup", "passed": True, "reused": False, "thresholds": {}, "below_thresholds": [],
+              "result": {"cases": [], "ranks": [], "results": [], "summary": {}}, "seconds": 212.4,
+              "jit": {"kernels_before": 0, "kernels": 48, "compiled": 48, "bytes": 1572864, "corrupted": []}}
+    summary["deepep"]["verification"].insert(0, warmup)
+    cells = report.layer_cells(summary)
+    assert cells["tests"]["detail"] == "JIT warm-up 212.4 s: 48 kernels compiled (cache 48 kernels, 1.5 MiB)"
+    warmup["reused"] = True
+    cells = report.layer_cells(summary)
+    assert cells["tests"]["detail"] == "JIT cache warmed by an earlier run (48 kernels, 1.5 MiB then)"
+
+
 def test_merge_keeps_the_best_and_marks_who_dropped_out():
     first = report.merge(None, "site", "site.yml", "t1", {"a": site_summary(250.0), "b": site_summary()}, ["a", "b"])
     assert first["hosts"]["a"]["best"]["intranode/dispatch_fp8"] == 250.0

@@ -154,7 +154,11 @@ TRIGGERS = {
         "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2.30.7"])),
     "CXXRT": lambda ev: ev.update(deepep_cxx_runtime=[{"path": "deep_ep/_C.cpython-312-x86_64-linux-gnu.so",
                                                        "defines": ["std::locale::classic()"]}]),
+    "JITCACHE": lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, kernels=0, bytes=0)),
 }
+# DeepEP V2's warmed JIT cache as docs/results/site-v2-h100 left it (jit_cache_stats).
+JIT = {"dir": "/opt/deepep/jit-cache", "exists": True, "kernels": 11, "corrupted": [], "bytes": 331776,
+       "tmp_entries": 0, "mode": "0755", "gid": 0}
 
 
 def status_of(check_id, ev):
@@ -211,6 +215,22 @@ def test_v2_nccl_is_judged_by_the_library_loaded_and_one_runtime():
         "AssertionError: Duplicate NCCL runtime found in the current system: a and b")}))
     assert status_of("KF37", evidence(logged))["status"] == "problem"
     assert status_of("CXXRT", evidence(lambda ev: ev.update(deepep_cxx_runtime=[])))["status"] == "ok"
+
+
+def test_jit_cache_each_failure_names_its_evidence():
+    def finding(**stats):
+        return status_of("JITCACHE", evidence(lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, **stats))))
+    warm = finding()
+    assert warm["status"] == "ok" and warm["evidence"] == "/opt/deepep/jit-cache: 11 kernels, 324 KiB, mode 0755"
+    assert "does not exist" in finding(exists=False, kernels=0)["evidence"]
+    broken = finding(corrupted=["/opt/deepep/jit-cache/cache/kernel.combine.9a68"])
+    assert broken["status"] == "problem" and "kernel.combine.9a68" in broken["evidence"]
+    unnamed = status_of("JITCACHE", evidence(lambda ev: ev.update(deepep_version="v2", jit_cache=None)))
+    assert unnamed["status"] == "problem" and "names no EP_JIT_CACHE_DIR" in unnamed["evidence"]
+    assert status_of("JITCACHE", evidence(lambda ev: ev.update(jit_cache=None)))["status"] == "not_applicable"
+    logged = status_of("JITCACHE", evidence(lambda ev: ev.update(deepep_version="v2", jit_cache=JIT, logs={
+        "/opt/deepep/reports/elastic_ep.log": "Corrupted JIT cache directory (missing kernel.cu or kernel.cubin): x"})))
+    assert logged["status"] == "problem"
 
 
 def test_kf36_is_the_h200_without_nics_case():
@@ -338,7 +358,7 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|MEMLOCK|GPUS) \|", line)]
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|JITCACHE|MEMLOCK|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 

@@ -1,7 +1,10 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
+import pathlib
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -95,3 +98,36 @@ def test_hostile_values_stay_literal_when_sourced(tmp_path):
                           str(script)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
     assert out.stdout.split("\0")[:5] == [values[k] for k in "ABCDE"]
     assert not pwned.exists()
+
+
+def test_jit_cache_is_named_only_to_users_who_can_write_it(tmp_path, request):
+    """DeepEP V2 compiles into EP_JIT_CACHE_DIR on a miss: a user who cannot write the shared cache keeps DeepEP's
+    default (~/.deep_ep) instead of failing there. Root can; nobody can once the cache is root's 0755."""
+    shared = pathlib.Path(tempfile.mkdtemp())  # pytest's tmp_path is root's alone; nobody must reach this one
+    request.addfinalizer(lambda: shutil.rmtree(str(shared)))
+    shared.chmod(0o755)
+    cache = shared / "jit'cache"
+    for sub in ("cache", "tmp"):
+        (cache / sub).mkdir(parents=True, mode=0o755)
+    result_node = discovered_node("h200_no_nics", tmp_path)
+    result = build_env(result_node, SRC, jit_cache_dir=str(cache))
+    assert result["jit_env"] == {"EP_JIT_CACHE_DIR": str(cache)} and "EP_JIT_CACHE_DIR" not in result["env"]
+    assert process_env(result)["EP_JIT_CACHE_DIR"] == str(cache)
+    script = shared / "env.sh"
+    script.write_text("\n".join(render_lines(result)) + "\n")
+    script.chmod(0o644)
+    show = ". %s; echo \"[${EP_JIT_CACHE_DIR:-unset}]\"" % script
+    as_root = subprocess.run(["bash", "-c", show], capture_output=True, text=True, check=True).stdout.strip()
+    assert as_root == "[%s]" % cache
+    as_nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", show],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    assert as_nobody == "[unset]"
+    (cache / "cache").chmod(0o777)
+    (cache / "tmp").chmod(0o777)
+    as_nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", show],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    assert as_nobody == "[%s]" % cache
+    # A value the operator set in deepep_env_extra wins and is exported as given.
+    chosen = build_env(result_node, SRC, extra={"EP_JIT_CACHE_DIR": "/scratch/jit"},
+                       jit_cache_dir=str(cache))
+    assert chosen["jit_env"] == {} and chosen["env"]["EP_JIT_CACHE_DIR"] == "/scratch/jit"

@@ -179,3 +179,44 @@ def test_elastic_barrier_reports_each_rank(run_module, tree, tmp_path):
 
 def _env(tree):
     return {"DEEPEP_FIXTURE_OUTPUT": os.path.abspath(os.path.join(FIXTURES, "deepep_output")), "PYTHONPATH": str(tree)}
+
+
+def test_jit_warmup_fills_the_cache_and_the_tests_then_compile_nothing(run_module, tree, tmp_path):
+    cache = str(tmp_path / "jit")
+    env = dict(_env(tree), EP_JIT_CACHE_DIR=cache)
+    warm, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
+                         extra_args=["--skip-check", "--skip-perf-test"], jit_cache_dir=cache,
+                         report=str(tmp_path / "warmup.json"), verified_for="build-1")
+    assert not failed, warm
+    assert warm["jit"]["kernels_before"] == 0 and warm["jit"]["compiled"] == 10 == warm["jit"]["kernels"]
+    assert warm["jit"]["bytes"] > 0 and warm["jit"]["corrupted"] == []
+    assert "10 kernels compiled (10 in the JIT cache" in warm["msg"]
+    assert warm["result"]["cases"] and warm["result"]["results"] == []  # no timing in a warm-up
+    first, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=1, environment=env,
+                          extra_args=["--test-first-only"], jit_cache_dir=cache)
+    assert not failed and first["jit"]["compiled"] == 0 and first["jit"]["kernels"] == 10
+    # An unchanged warm-up is not run again while its kernels are there; an emptied cache is warmed again.
+    again, _ = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
+                     extra_args=["--skip-check", "--skip-perf-test"], jit_cache_dir=cache,
+                     report=str(tmp_path / "warmup.json"), verified_for="build-1")
+    assert again["reused"] is True
+    shutil.rmtree(os.path.join(cache, "cache"))
+    rewarm, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
+                           extra_args=["--skip-check", "--skip-perf-test"], jit_cache_dir=cache,
+                           report=str(tmp_path / "warmup.json"), verified_for="build-1")
+    assert not failed and rewarm["reused"] is False and rewarm["jit"]["compiled"] == 10
+
+
+def test_jit_warmup_fails_when_nothing_lands_in_its_cache_or_a_kernel_is_corrupted(run_module, tree, tmp_path):
+    env = dict(_env(tree), EP_JIT_CACHE_DIR=str(tmp_path / "elsewhere"))
+    wrong, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
+                          jit_cache_dir=str(tmp_path / "jit"))
+    assert failed and "the warm-up left no kernel in %s/cache" % (tmp_path / "jit") in wrong["msg"]
+    broken = tmp_path / "elsewhere" / "cache" / "kernel.combine.0123"
+    broken.mkdir(parents=True)
+    (broken / "kernel.cu").write_text("half-written\n")
+    corrupt, failed = bench(run_module, tree, tmp_path, test="elastic_barrier", num_processes=1, environment=env,
+                            jit_cache_dir=str(tmp_path / "elsewhere"))
+    assert failed and "1 corrupted kernel directories in the JIT cache" in corrupt["msg"]
+    missing, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env)
+    assert failed and missing["msg"].startswith("jit_cache_dir: required for test=jit_warmup")
