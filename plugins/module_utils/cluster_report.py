@@ -16,6 +16,7 @@ LAYERS = (
     ("nvidia_peermapping", "PeerMapping"),
     ("gdrcopy", "GDRCopy"),
     ("nvshmem_ibgda", "NVSHMEM"),
+    ("nccl", "NCCL"),
     ("deepep", "DeepEP"),
     ("tests", "DeepEP tests"),
     ("doctor", "Doctor"),
@@ -99,6 +100,17 @@ def layer_cells(site):
     else:
         cells["nvshmem_ibgda"] = {"state": "ok" if version else "skipped", "text": version or "not run",
                                   "detail": "%s %s" % (nvshmem.get("method") or "", site.get("nvshmem_root") or "")}
+
+    nccl = layers.get("nccl") or {}
+    if not nccl.get("method"):
+        cells["nccl"] = {"state": "skipped", "text": "not run", "detail": "DeepEP V2 only"}
+    else:
+        # The source method's build, else the wheel (or the interpreter's own NCCL with method none).
+        cells["nccl"] = _build_cell(nccl["build"], nccl.get("version")) if nccl.get("build") else {
+            "state": "ok", "text": nccl.get("version") or "as found", "fingerprint": None, "detail": nccl["method"]}
+        if nccl.get("changed"):
+            cells["nccl"].update(state="changed", detail=(cells["nccl"]["detail"] + "; " if cells["nccl"]["detail"]
+                                                          else "") + "put where torch loads NCCL")
 
     deepep = site.get("deepep") or {}
     build = deepep.get("build") or ""

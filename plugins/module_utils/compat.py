@@ -6,6 +6,8 @@ build environment the versions call for. Pure: takes versions, returns findings.
 
 from __future__ import annotations
 
+import os
+
 import re
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
@@ -143,3 +145,16 @@ def torch_pin_problems(torch_version, index_url, pip_extra_args=""):
                   % (text, tag.group(1), index_tag.group(1), index),
             "use https://download.pytorch.org/whl/%s or change the pin" % tag.group(1)))
     return problems
+
+
+def node_nccl(stack):
+    """{lib, version} when the libnccl torch's import loaded is not the interpreter's nvidia/nccl one (a node
+    library that LD_LIBRARY_PATH or ld.so.conf puts first), else None."""
+    torch = stack.get("torch") or {}
+    lib = torch.get("nccl_lib")
+    wheel_dir = (stack.get("nccl_wheel") or {}).get("dir")
+    if not lib or not wheel_dir:
+        return None
+    if os.path.normpath(lib).startswith(os.path.normpath(wheel_dir) + os.sep):
+        return None
+    return {"lib": lib, "version": torch.get("nccl")}

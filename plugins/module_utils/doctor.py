@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import node_nccl, version_tuple
 
 OK = "ok"
 PROBLEM = "problem"
@@ -420,11 +420,15 @@ def kf31(ev):
     nccl = (python.get("torch") or {}).get("nccl")
     wheel = (python.get("nccl_wheel") or {}).get("version")
     found = version_tuple(nccl or wheel)
+    # Which library a process gets: a node's (LD_LIBRARY_PATH, e.g. GCP's gIB) before the interpreter's own.
+    shadow = node_nccl(python)
+    where = (" from %s, the node's, before the interpreter's nvidia/nccl (LD_LIBRARY_PATH or ld.so.conf)"
+             % shadow["lib"]) if shadow else ""
     if found is None:
-        return UNKNOWN, "NCCL version unknown"
+        return UNKNOWN, "NCCL version unknown" + where
     if found < (2, 30, 4):
-        return PROBLEM, "NCCL %s (< 2.30.4)" % (nccl or wheel)
-    return OK, "NCCL %s" % (nccl or wheel)
+        return PROBLEM, "NCCL %s (< 2.30.4)%s" % (nccl or wheel, where)
+    return OK, "NCCL %s%s" % (nccl or wheel, where)
 
 
 def kf37(ev):

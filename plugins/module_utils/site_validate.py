@@ -11,7 +11,12 @@ import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import V2_MIN_NCCL, torch_pin_problems, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import (
+    V2_MIN_NCCL,
+    node_nccl,
+    torch_pin_problems,
+    version_tuple,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import THRESHOLD_KEYS
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import NAME_RE, PATH_VARIABLES
@@ -133,6 +138,12 @@ def validate(site_vars, isdir=None, exists=None, options=None):
         elif generation and version in CHOICES["deepep_version"] and generation != version:
             problems.append(_problem("deepep_git_ref", ref, "a %s ref for deepep_version=%s" % (version, version),
                                      "tag of DeepEP %s" % generation.upper()))
+
+    if version == "v2" and site_vars.get("nccl_method", "wheel") == "wheel" and "nccl_version" in site_vars:
+        pinned_nccl = version_tuple(site_vars["nccl_version"])
+        if pinned_nccl is None or pinned_nccl < V2_MIN_NCCL:
+            problems.append(_problem("nccl_version", site_vars["nccl_version"], "2.30.4 or later with deepep_version=v2",
+                                     "DeepEP V2 needs NCCL >= 2.30.4 (KF31)"))
 
     torch = site_vars.get("deepep_torch_version")
     role_owns_torch = not site_vars.get("deepep_python")
@@ -315,6 +326,19 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
     if version_tuple(torch)[:2] < V2_MIN_TORCH:
         problems.append(_problem("deepep_python", python, "an interpreter with torch >= 2.10 for deepep_version=v2, "
                                  "or deepep_version=v1", "its torch is %s; DeepEP V2 needs torch >= 2.10" % torch))
+    shadow = node_nccl(stack)
+    if shadow:
+        # The node's library wins over the interpreter's (LD_LIBRARY_PATH, e.g. GCP's gIB in /etc/environment):
+        # whatever the nccl layer puts in the interpreter is not what torch loads, so only that library counts.
+        found = version_tuple(shadow["version"])
+        if found is None or found < V2_MIN_NCCL:
+            problems.append(_problem(
+                "deepep_python", python, "a node NCCL >= 2.30.4 where torch finds it first (gIB >= 1.1.2 bundles "
+                "2.30.4), or that library off LD_LIBRARY_PATH for the jobs and Ansible, or deepep_version=v1",
+                "torch loads %s (NCCL %s) from outside the interpreter, before its own nvidia/nccl: the NCCL the "
+                "nccl layer installs there would not be used; DeepEP V2 needs NCCL >= 2.30.4 (KF31)"
+                % (shadow["lib"], shadow["version"] or "unknown")))
+        return problems
     if nccl_planned:
         found = version_tuple(nccl_planned)
         if found is None or found < V2_MIN_NCCL:

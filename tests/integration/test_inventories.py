@@ -43,6 +43,22 @@ def test_b200_cluster_inventory():
     assert validate(site_vars) == []
 
 
+def test_b200_v2_profile_on_the_b200_inventory_passes_the_site_validation():
+    """playbooks/vars/b200-v2.yml over the B200 inventory's settings (-e wins over group_vars)."""
+    data = json.loads(run("ansible-inventory", "-i", "inventories/b200-cluster", "--list"))
+    first = data["_meta"]["hostvars"]["b200-0"]
+    with open(os.path.join(REPO, "playbooks", "vars", "b200-v2.yml")) as handle:
+        profile = yaml.safe_load(handle)
+    site_vars = dict((k, v) for k, v in first.items() if not k.startswith("ansible_"))
+    site_vars.update(profile)
+    assert validate(site_vars) == []
+    assert (site_vars["deepep_version"], site_vars["cuda_version"], site_vars["deepep_torch_version"]) == (
+        "v2", "13.0", "2.11.0+cu130")
+    # A V2 profile whose torch is too old or whose NCCL pin is under 2.30.4 is refused with what to set.
+    old = validate(dict(site_vars, nccl_version="2.28.9"))
+    assert old and "nccl_version" in old[0]["msg"], old
+
+
 def test_gcp_mig_inventory_uses_only_documented_options():
     with open(os.path.join(REPO, "inventories", "gcp-mig", "gcp_compute.yml")) as handle:
         config = yaml.safe_load(handle)

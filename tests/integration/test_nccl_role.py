@@ -5,16 +5,20 @@ nothing done on a second run, the wheel's files kept, and a source of another ve
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import build_nccl_stub, make_python_site
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -89,3 +93,122 @@ def test_a_tag_older_than_v2_needs_is_refused_before_anything_runs(tmp_path):
                    nccl_arch_list=["9.0"], nccl_prefix=str(tmp_path / "opt" / "nccl"))
     assert rc != 0 and "NCCL 2.28.9 is older than DeepEP V2 needs (>= 2.30.4)" in out
     assert not (tmp_path / "opt").exists()
+
+
+def nccl_wheel(directory, version, cuda_major=13):
+    """A stand-in for NVIDIA's nvidia-nccl-cuNN wheel (a fixture): nvidia/nccl/lib/libnccl.so.2 answering version
+    through ncclGetVersion, nvidia/nccl/include/nccl.h, the dist-info pip reads."""
+    name = "nvidia_nccl_cu%d" % cuda_major
+    text = ".".join(str(part) for part in version)
+    lib = os.path.join(str(directory), "libnccl-%s.so.2" % text)
+    build_nccl_stub(lib, version)
+    with open(lib, "rb") as handle:
+        library = handle.read()
+    os.unlink(lib)
+    dist = "%s-%s.dist-info" % (name, text)
+    files = {"nvidia/__init__.py": b"", "nvidia/nccl/__init__.py": b"", "nvidia/nccl/lib/libnccl.so.2": library,
+             "nvidia/nccl/include/nccl.h": ("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n"
+                                            % version).encode(),
+             dist + "/METADATA": ("Metadata-Version: 2.1\nName: nvidia-nccl-cu%d\nVersion: %s\n"
+                                  % (cuda_major, text)).encode(),
+             dist + "/WHEEL": b"Wheel-Version: 1.0\nGenerator: fixture\nRoot-Is-Purelib: false\nTag: py3-none-any\n"}
+    record = "".join("%s,sha256=%s,%d\n" % (path, base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+                                             .rstrip(b"=").decode(), len(data)) for path, data in files.items())
+    files[dist + "/RECORD"] = (record + dist + "/RECORD,,\n").encode()
+    path = os.path.join(str(directory), "%s-%s-py3-none-any.whl" % (name, text))
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, data in files.items():
+            wheel.writestr(member, data)
+    return path
+
+
+def test_wheel_method_offline_then_a_source_build_undone_by_going_back_to_the_wheel(tmp_path):
+    """A real venv (pip) holding torch 2.11's NCCL wheel (2.28.9, a fixture wheel); the wheel method installs the
+    pinned 2.30.7 from a local wheel directory (--no-index: an air-gapped site's mirror), once; the source method
+    then puts its build in place of those files; the wheel method again puts the wheel's files back."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    nccl_wheel(wheels, (2, 30, 7))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    offline = "--no-index --find-links %s" % wheels
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
+                    "nvidia-nccl-cu13==2.28.9"], check=True)
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    library = os.path.join(site, "nvidia", "nccl", "lib", "libnccl.so.2")
+
+    def loaded():
+        return subprocess.run([python, "-c", "import ctypes; v = ctypes.c_int(); ctypes.CDLL(%r).ncclGetVersion("
+                               "ctypes.byref(v)); print(v.value)" % library],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert loaded() == "22809"
+    wheel_vars = dict(nccl_method="wheel", nccl_python=python, nccl_version="2.30.7", nccl_pip_extra_args=offline,
+                      nccl_prefix=str(tmp_path / "opt" / "nccl"))
+    rc, out = play(tmp_path, **wheel_vars)
+    assert rc == 0, out
+    assert "PROVIDED wheel 2.30.7 STALE True" in out and loaded() == "23007"
+    rc, out = play(tmp_path, **wheel_vars)
+    assert rc == 0 and "changed=0" in out and "STALE False" in out, out
+
+    rc, out = play(tmp_path, nccl_method="source", nccl_python=python, nccl_src=source_archive(tmp_path),
+                   nccl_arch_list=["9.0"], nccl_prefix=str(tmp_path / "opt" / "nccl"), nccl_build_user="",
+                   nccl_build_poll=1)
+    assert rc == 0 and "PROVIDED source 2.30.7 STALE True" in out, out
+    with zipfile.ZipFile(str(wheels / "nvidia_nccl_cu13-2.30.7-py3-none-any.whl")) as wheel:
+        original = wheel.read("nvidia/nccl/lib/libnccl.so.2")
+    with open(library, "rb") as handle:
+        assert handle.read() != original  # the source build in the wheel's place
+    record = os.path.join(site, "nvidia", "nccl", ".moe_infra_nccl.json")
+    assert os.path.exists(record)
+    rc, out = play(tmp_path, **wheel_vars)
+    assert rc == 0 and "PROVIDED wheel 2.30.7 STALE True" in out, out
+    assert not os.path.exists(record) and loaded() == "23007"
+    with open(library, "rb") as handle:
+        assert handle.read() == original  # the wheel's own file again, byte for byte
+
+
+def test_one_node_builds_the_others_install_from_the_controller_cache_even_offline(tmp_path):
+    """Nodes with the same inputs (one interpreter path, as on a fleet; here one fixture interpreter): one builds
+    NCCL, the build goes to the controller cache, the other installs and verifies it; a node joining later installs
+    it offline; offline, a build the cache lacks is refused."""
+    python = make_python_site(tmp_path / "venv", nccl_runtime=(2, 28, 9))
+    cache = tmp_path / "cache"
+    inventory = tmp_path / "nodes.json"
+    archive = source_archive(tmp_path)
+
+    def nodes(*names, **extra):
+        hosts = dict((name, {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                             "nccl_prefix": str(tmp_path / name / "nccl")}) for name in names)
+        inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+        (tmp_path / "pb.yml").write_text(json.dumps([{
+            "hosts": "all", "gather_facts": False,
+            "roles": [{"role": "moe_infra.deepep.nccl", "vars": dict(
+                nccl_method="source", nccl_python=python, nccl_src=archive, nccl_arch_list=["9.0"],
+                nccl_build_user="", nccl_build_poll=1, nccl_cache_dir=str(cache), **extra)}]}]))
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+        # One fork: the nodes share the interpreter whose NCCL files are replaced.
+        result = subprocess.run([PLAYBOOK_BIN, "-i", str(inventory), "--forks", "1", "pb.yml"], cwd=str(tmp_path),
+                                env=env, capture_output=True, text=True, timeout=300, check=False)
+        out = result.stdout + result.stderr
+        return result.returncode, out, dict(re.findall(r'ok: \[(n\d)\] => \{\s*"msg": "NCCL [0-9a-f]+: (\w+)"', out))
+
+    rc, out, roles = nodes("n1", "n2")
+    assert rc == 0, out
+    assert roles == {"n1": "build", "n2": "wait"}, out
+    assert [p.name.split("-")[0] for p in cache.iterdir()] == ["nccl"]
+    n1, n2 = (os.path.realpath(str(tmp_path / n / "nccl" / "current")) for n in ("n1", "n2"))
+    assert os.path.basename(n1) == os.path.basename(n2)  # one fingerprint
+    assert os.path.isfile(os.path.join(n2, "install.log")) and not os.path.isfile(os.path.join(n1, "install.log"))
+    rc, out, _ = nodes("n1", "n2")
+    assert rc == 0 and re.search(r"n1\s+: ok=\d+\s+changed=0", out) and re.search(r"n2\s+: ok=\d+\s+changed=0", out), out
+    rc, out, roles = nodes("n3", nccl_offline=True)
+    assert rc == 0 and roles == {"n3": "cache"}, out
+    for old in cache.iterdir():
+        old.unlink()
+    rc, out, _ = nodes("n4", nccl_offline=True)
+    assert rc != 0 and "offline: the cache lacks the build n4 (fingerprint" in out, out
+    assert not (tmp_path / "n4" / "nccl" / "current").exists()

@@ -39,8 +39,20 @@ def test_summary_lines_one_per_layer_then_the_problems():
     lines = deepep_summary_lines(site_summary())
     assert lines[0] == "DOCA-OFED    ok       installed"
     assert lines[4] == "NVSHMEM      changed  3.5.19  (a8b94fe4ab82253b; first build)"
-    assert lines[8].startswith("problem KF12 cannot find -lcuda: no libcuda.so") and "-> fix: link libcuda.so.1" in lines[8]
-    assert len(lines) == 10
+    assert lines[5] == "NCCL         skipped  not run  (DeepEP V2 only)"
+    assert lines[9].startswith("problem KF12 cannot find -lcuda: no libcuda.so") and "-> fix: link libcuda.so.1" in lines[9]
+    assert len(lines) == 11
+
+
+def test_the_nccl_row_says_what_the_layer_did():
+    summary = site_summary()
+    summary["layers"]["nccl"] = {"method": "source", "version": "2.30.7", "changed": True, "build": {
+        "action": "build", "changed": True, "fingerprint": "82de40052969ed16", "reason": "no previous build",
+        "build_seconds": 232.9}}
+    assert deepep_summary_lines(summary)[5] == (
+        "NCCL         changed  2.30.7  (82de40052969ed16; no previous build; put where torch loads NCCL)")
+    summary["layers"]["nccl"] = {"method": "wheel", "version": "2.30.7", "changed": False, "build": None}
+    assert deepep_summary_lines(summary)[5] == "NCCL         ok       2.30.7  (wheel)"
 
 
 def test_controller_path_is_taken_from_where_the_run_started(tmp_path, monkeypatch):

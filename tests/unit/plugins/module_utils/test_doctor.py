@@ -217,6 +217,17 @@ def test_v2_nccl_is_judged_by_the_library_loaded_and_one_runtime():
     assert status_of("CXXRT", evidence(lambda ev: ev.update(deepep_cxx_runtime=[])))["status"] == "ok"
 
 
+def test_kf31_names_a_node_nccl_torch_loads_first():
+    gib = all_of(_v2, lambda ev: ev["python"].update(nccl_wheel={"version": "2.28.9", "dir": "/venv/nvidia/nccl"}),
+                 lambda ev: ev["python"]["torch"].update(nccl="2.30.4", nccl_lib="/usr/local/gib/lib64/libnccl.so.2"))
+    finding = status_of("KF31", evidence(gib))
+    assert finding["status"] == "ok" and finding["evidence"] == (
+        "NCCL 2.30.4 from /usr/local/gib/lib64/libnccl.so.2, the node's, before the interpreter's nvidia/nccl "
+        "(LD_LIBRARY_PATH or ld.so.conf)")
+    old = all_of(gib, lambda ev: ev["python"]["torch"].update(nccl="2.27.7"))
+    assert status_of("KF31", evidence(old))["status"] == "problem"
+
+
 def test_jit_cache_each_failure_names_its_evidence():
     def finding(**stats):
         return status_of("JITCACHE", evidence(lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, **stats))))

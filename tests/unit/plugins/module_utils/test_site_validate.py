@@ -259,6 +259,31 @@ def test_the_nccl_layer_of_the_run_is_what_v2_is_checked_against():
     assert "DeepEP V2 needs torch >= 2.10" in torch["msg"]
 
 
+def test_a_node_nccl_that_torch_loads_first_is_the_one_judged():
+    """GCP A4 as cluster-toolkit sets it up: /usr/local/gib/lib64 (gIB, with its bundled NCCL) on LD_LIBRARY_PATH
+    from /etc/environment, so torch's import maps that libnccl.so.2, not the interpreter's nvidia/nccl one."""
+    site = "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl"
+
+    def gib(version):
+        stack = _stack(nccl=version, nccl_wheel="2.28.9")
+        stack["nccl_wheel"]["dir"] = site
+        stack["torch"].update(nccl_lib="/usr/local/gib/lib64/libnccl.so.2",
+                              nccl_libs=["/usr/local/gib/lib64/libnccl.so.2"])
+        return stack
+
+    # gIB bundling 2.30.4: the node's NCCL is new enough and is used.
+    assert interpreter_problems(gib("2.30.4"), "v2", "/p", nccl_planned="2.30.7") == []
+    # An older gIB: the nccl layer's 2.30.7 in the interpreter would not be what torch loads.
+    (problem,) = interpreter_problems(gib("2.27.7"), "v2", "/p", nccl_planned="2.30.7")
+    assert problem["var"] == "deepep_python" and (
+        "torch loads /usr/local/gib/lib64/libnccl.so.2 (NCCL 2.27.7) from outside the interpreter, before its own "
+        "nvidia/nccl: the NCCL the nccl layer installs there would not be used" in problem["msg"])
+    # The interpreter's own library (what the nccl layer replaces) is not the node's.
+    own = gib("2.28.9")
+    own["torch"]["nccl_lib"] = site + "/lib/libnccl.so.2"
+    assert interpreter_problems(own, "v2", "/p", nccl_planned="2.30.7") == []
+
+
 @pytest.mark.parametrize("var, value, why", [
     ("deepep_git_url", "--upload-pack=touch /tmp/pwned;", "it would be read as an option"),
     ("gdrcopy_git_url", "--upload-pack=touch /tmp/pwned;", "it would be read as an option"),
