@@ -471,8 +471,8 @@ def jit_cache(ev):
                          "JIT cache directory): %s" % (len(stats["corrupted"]), ", ".join(stats["corrupted"][:3])))
     if not stats["kernels"]:
         return PROBLEM, "%s holds no kernel: not warmed" % stats["dir"]
-    return OK, "%s: %d kernels, %d KiB, mode %s" % (stats["dir"], stats["kernels"], stats["bytes"] // 1024,
-                                                     stats["mode"])
+    size = stats["bytes"] // 1024
+    return OK, "%s: %d kernels, %d KiB, mode %s" % (stats["dir"], stats["kernels"], size, stats["mode"])
 
 
 def kf32(ev):

@@ -196,10 +196,10 @@ def test_jit_warmup_fills_the_cache_and_the_tests_then_compile_nothing(run_modul
                           extra_args=["--test-first-only"], jit_cache_dir=cache)
     assert not failed and first["jit"]["compiled"] == 0 and first["jit"]["kernels"] == 10
     # An unchanged warm-up is not run again while its kernels are there; an emptied cache is warmed again.
-    again, _ = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
-                     extra_args=["--skip-check", "--skip-perf-test"], jit_cache_dir=cache,
-                     report=str(tmp_path / "warmup.json"), verified_for="build-1")
-    assert again["reused"] is True
+    again, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
+                          extra_args=["--skip-check", "--skip-perf-test"], jit_cache_dir=cache,
+                          report=str(tmp_path / "warmup.json"), verified_for="build-1")
+    assert not failed and again["reused"] is True
     shutil.rmtree(os.path.join(cache, "cache"))
     rewarm, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env,
                            extra_args=["--skip-check", "--skip-perf-test"], jit_cache_dir=cache,
