@@ -42,6 +42,14 @@ def _env(ev):
     return (ev.get("env_script") or {}).get("vars") or {}
 
 
+def _v2_without_nvshmem(ev):
+    """DeepEP V2 whose env script carries no NVSHMEM transport (its legacy kernels unused): NVSHMEM's settings
+    do not apply, NCCL's do."""
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    return version == "v2" and (ev.get("env_script") or {}).get("exists") and \
+        "NVSHMEM_REMOTE_TRANSPORT" not in _env(ev)
+
+
 def _names(hcas):
     return ",".join(hca["name"] for hca in hcas)
 
@@ -76,6 +84,8 @@ def kf01(ev):
     rocep = [h for h in hcas if h["family"] == "rocep"]
     if not rocep:
         return OK, "HCAs: %s" % _names(hcas)
+    if _v2_without_nvshmem(ev):
+        return NOT_APPLICABLE, "DeepEP V2 without its legacy NVSHMEM kernels (HCAs %s)" % _names(rocep)
     prefix = _env(ev).get("NVSHMEM_HCA_PREFIX")
     version = version_tuple(_nvshmem_version(ev))
     if prefix == "rocep" and version and version >= (3, 4, 5):
@@ -274,17 +284,24 @@ def kf17(ev):
         return NOT_APPLICABLE, "no RoCE port"
     wanted = set(p.get("roce_v2_ipv4_gid_index") for name, p in roce if p.get("state") == "ACTIVE")
     wanted.discard(None)
-    configured = _env(ev).get("NVSHMEM_IB_GID_INDEX")
     if not (ev.get("env_script") or {}).get("exists"):
         return NOT_APPLICABLE, "no env script at %s yet; RoCE v2 IPv4 GID index is %s" % (
             (ev.get("env_script") or {}).get("path"), sorted(wanted) or "none")
     if not wanted:
         return PROBLEM, "no active RoCE port has a RoCE v2 IPv4 GID", "configure an IPv4 address on the NICs"
-    if configured is None:
-        return PROBLEM, "NVSHMEM_IB_GID_INDEX unset; RoCE v2 IPv4 GID index is %s" % sorted(wanted)
-    if str(configured) not in set(str(w) for w in wanted):
-        return PROBLEM, "NVSHMEM_IB_GID_INDEX=%s, RoCE v2 IPv4 GID index is %s" % (configured, sorted(wanted))
-    return OK, "NVSHMEM_IB_GID_INDEX=%s" % configured
+    # NVSHMEM's variable, or for DeepEP V2 NCCL's (and NVSHMEM's too where the legacy kernels are set up).
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    names = ([] if _v2_without_nvshmem(ev) else ["NVSHMEM_IB_GID_INDEX"]) + (
+        ["NCCL_IB_GID_INDEX"] if version == "v2" else [])
+    seen = []
+    for name in names:
+        configured = _env(ev).get(name)
+        if configured is None:
+            return PROBLEM, "%s unset; RoCE v2 IPv4 GID index is %s" % (name, sorted(wanted))
+        if str(configured) not in set(str(w) for w in wanted):
+            return PROBLEM, "%s=%s, RoCE v2 IPv4 GID index is %s" % (name, configured, sorted(wanted))
+        seen.append("%s=%s" % (name, configured))
+    return OK, ", ".join(seen)
 
 
 def kf18(ev):
@@ -357,6 +374,8 @@ def kf24(ev):
             "set NVSHMEM_HCA_PREFIX to the HCAs' name family (the deepep role's env script does)"
     if not others:
         return NOT_APPLICABLE if not hcas else OK, "HCAs: %s" % (_names(hcas) or "none")
+    if _v2_without_nvshmem(ev):
+        return NOT_APPLICABLE, "DeepEP V2 without its legacy NVSHMEM kernels (HCAs %s)" % _names(others)
     version = version_tuple(_nvshmem_version(ev))
     if version is None:
         status, evidence = _no_nvshmem(ev)
@@ -582,7 +601,8 @@ CHECKS = [
     Check("KF16", "custom NVSHMEM ignored: the torch wheel's wins",
           "LD_PRELOAD the custom libnvshmem_host, or replace the wheel's IBGDA transport", STATE, state=kf16),
     Check("KF17", "NVSHMEM init fails on RoCE: wrong GID index",
-          "NVSHMEM_IB_GID_INDEX = the RoCE v2 IPv4 GID index (the deepep role's env script sets it)", STATE,
+          "NVSHMEM_IB_GID_INDEX (V2: NCCL_IB_GID_INDEX) = the RoCE v2 IPv4 GID index (the deepep role's env script "
+          "sets it)", STATE,
           state=kf17),
     Check("KF18", "undefined symbol _ZNK3c10... on import: torch changed",
           "rebuild DeepEP against the current torch (--tags deepep)", STATE,

@@ -19,7 +19,7 @@ class EnvError(ValueError):
     """Inputs that cannot give a consistent environment."""
 
 
-def mapped_gid_index(node):
+def mapped_gid_index(node, variable="NVSHMEM_IB_GID_INDEX"):
     """The RoCE v2 IPv4 GID index shared by every mapped Ethernet port (None on InfiniBand)."""
     topology = node["topology"]
     if topology.get("link_layer") != "Ethernet":
@@ -33,19 +33,36 @@ def mapped_gid_index(node):
     values = set(indexes.values())
     if None in values:
         raise EnvError("no RoCE v2 IPv4 GID on %s: give the NICs an IPv4 address or set "
-                       "NVSHMEM_IB_GID_INDEX in deepep_env_extra"
-                       % ", ".join(sorted(k for k, v in indexes.items() if v is None)))
+                       "%s in deepep_env_extra"
+                       % (", ".join(sorted(k for k, v in indexes.items() if v is None)), variable))
     if len(values) > 1:
-        raise EnvError("the mapped RoCE ports use different RoCE v2 GID indexes (%s); NVSHMEM_IB_GID_INDEX takes "
-                       "one: set it in deepep_env_extra" % ", ".join("%s=%s" % kv for kv in sorted(indexes.items())))
+        raise EnvError("the mapped RoCE ports use different RoCE v2 GID indexes (%s); %s takes "
+                       "one: set it in deepep_env_extra"
+                       % (", ".join("%s=%s" % kv for kv in sorted(indexes.items())), variable))
     return values.pop() if values else None
 
 
-def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld_library_path="", jit_cache_dir=""):
-    """{env, path_env, jit_env, ibgda, notes} for the env script and the tests."""
+def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld_library_path="", jit_cache_dir="",
+              generation="v1", legacy_kernels=False):
+    """{env, path_env, jit_env, ibgda, notes} for the env script and the tests. generation v2: NCCL's settings for
+    its Gin backend; the NVSHMEM ones only with legacy_kernels (jobs that use V2's V1 kernels)."""
     env, path_env, jit_env, notes = {}, {}, {}, []
     mapping = node["topology"].get("mapping", [])
-    ibgda = bool(mapping) or force_ibgda
+    nvshmem = generation != "v2" or legacy_kernels
+    ibgda = (bool(mapping) or force_ibgda) and nvshmem
+    if generation == "v2" and mapping:
+        # NCCL (Gin) on the mapped ports, in the mapping's GPU order; DeepEP reads the first one's rate and type
+        # through EP_NIC_NAME (mlx5_0 unless set: not a name on rocep* nodes).
+        ports = []
+        for entry in mapping:
+            port = "%s:%s" % (entry["hca"], entry["port"])
+            if port not in ports:
+                ports.append(port)
+        env["NCCL_IB_HCA"] = "=" + ",".join(ports)
+        env["EP_NIC_NAME"] = mapping[0]["hca"]
+        gid = mapped_gid_index(node, "NCCL_IB_GID_INDEX")
+        if gid is not None:
+            env["NCCL_IB_GID_INDEX"] = str(gid)
     if ibgda:
         env.update({
             "NVSHMEM_REMOTE_TRANSPORT": "ibgda",
@@ -63,6 +80,8 @@ def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld
             env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] = deepep_mapping_string(mapping)
             # The mapping numbers GPUs in PCI bus order; CUDA's default order (fastest first) may differ.
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    elif not nvshmem:
+        notes.append("DeepEP V2 without its legacy kernels: NVSHMEM's IBGDA variables left out")
     else:
         notes.append("no usable RDMA port: IBGDA variables left out (they break even single-node "
                      "low-latency runs, KF36)")

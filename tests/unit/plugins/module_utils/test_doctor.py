@@ -228,6 +228,26 @@ def test_kf31_names_a_node_nccl_torch_loads_first():
     assert status_of("KF31", evidence(old))["status"] == "problem"
 
 
+def test_v2_without_the_legacy_kernels_is_judged_by_nccls_settings():
+    def v2_script(**variables):
+        def update(ev):
+            ev.update(deepep_version="v2")
+            ev["env_script"] = {"path": "/opt/deepep/env.sh", "exists": True, "vars": variables}
+        return update
+    nccl_only = v2_script(NCCL_IB_GID_INDEX="3", NCCL_IB_HCA="=mlx5_0:1", EP_NIC_NAME="mlx5_0")
+    roce = status_of("KF17", evidence(nccl_only))
+    assert roce["status"] == "ok" and roce["evidence"] == "NCCL_IB_GID_INDEX=3", roce
+    wrong = status_of("KF17", evidence(v2_script(NCCL_IB_GID_INDEX="0")))
+    assert wrong["status"] == "problem" and wrong["evidence"].startswith("NCCL_IB_GID_INDEX=0, RoCE v2 IPv4 GID")
+    # With the legacy kernels' NVSHMEM settings, both variables are checked.
+    both = status_of("KF17", evidence(v2_script(NCCL_IB_GID_INDEX="3", NVSHMEM_REMOTE_TRANSPORT="ibgda")))
+    assert both["status"] == "problem" and both["evidence"].startswith("NVSHMEM_IB_GID_INDEX unset")
+    # rocep* names matter to NVSHMEM only.
+    rocep = all_of(nccl_only, lambda ev: ev.update(hcas=[_hca(i, family="rocep") for i in range(8)]))
+    assert status_of("KF01", evidence(rocep))["status"] == "not_applicable"
+    assert status_of("KF24", evidence(rocep))["status"] == "not_applicable"
+
+
 def test_jit_cache_each_failure_names_its_evidence():
     def finding(**stats):
         return status_of("JITCACHE", evidence(lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, **stats))))

@@ -31,6 +31,19 @@ def test_gcp_b200_exports_ibgda_with_discovered_gid_and_mapping(tmp_path):
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
+def test_v2_gets_nccls_settings_and_nvshmems_only_with_the_legacy_kernels(tmp_path):
+    node = discovered_node("gcp_b200", tmp_path)
+    env = build_env(node, SRC, generation="v2")["env"]
+    mapping = node["topology"]["mapping"]
+    # The mapped ports in GPU order, exact names ("="), each once.
+    assert env["NCCL_IB_HCA"] == "=" + ",".join("%s:%s" % (e["hca"], e["port"]) for e in mapping)
+    assert len(mapping) == 8 and env["NCCL_IB_HCA"].startswith("=rocep")
+    assert env["NCCL_IB_GID_INDEX"] == "3" and env["EP_NIC_NAME"] == node["topology"]["mapping"][0]["hca"]
+    assert not [name for name in env if name.startswith("NVSHMEM_")] and "DEEP_EP_DEVICE_TO_HCA_MAPPING" not in env
+    legacy = build_env(node, SRC, generation="v2", legacy_kernels=True)
+    assert legacy["ibgda"] and legacy["env"]["NVSHMEM_IB_GID_INDEX"] == "3" and legacy["env"]["NCCL_IB_GID_INDEX"] == "3"
+
+
 def test_infiniband_has_no_gid_index(tmp_path):
     env = build_env(discovered_node("ib_with_frontend", tmp_path), SRC)["env"]
     assert "NVSHMEM_IB_GID_INDEX" not in env and env["NVSHMEM_HCA_PREFIX"] == "mlx5"
