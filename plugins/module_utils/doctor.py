@@ -351,6 +351,19 @@ def kf21(ev):
     return PROBLEM, "CUDA %s without include/cccl" % cuda.get("release")
 
 
+def v2_cuda(ev):
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    if version != "v2":
+        return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
+    release = (ev.get("cuda") or {}).get("release")
+    found = version_tuple(release)
+    if found is None:
+        return UNKNOWN, "no CUDA toolkit found"
+    if found[:2] < (12, 9):
+        return PROBLEM, "CUDA %s: DeepEP V2's host code does not compile with it" % release
+    return OK, "CUDA %s" % release
+
+
 def kf22(ev):
     if not _hcas(ev):
         return NOT_APPLICABLE, "no RDMA HCA"
@@ -656,6 +669,9 @@ CHECKS = [
     Check("CXXRT", "DeepEP's extension carries its own libstdc++ (V2's JIT crashes in std::regex)",
           "rebuild with a compiler whose libstdc++ is shared (deepep_cxx, e.g. /usr/bin/g++)", STATE,
           state=cxx_runtime),
+    Check("V2CUDA", "DeepEP V2 on CUDA < 12.9: __cvta_generic_to_shared undeclared in host code",
+          "CUDA 12.9 or 13.0 (cuda_version) for deepep_version v2", STATE,
+          logs=[r"__cvta_generic_to_shared.*(undeclared|was not declared|is undefined)"], state=v2_cuda),
     Check("JITCACHE", "DeepEP V2's JIT cache missing, empty or corrupted (jobs compile, or stop, at start)",
           "rerun the deepep role (--tags deepep): it warms the cache after a build; remove corrupted kernel "
           "directories first", STATE, logs=[r"Corrupted JIT cache directory"], state=jit_cache),

@@ -154,6 +154,7 @@ TRIGGERS = {
         "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2.30.7"])),
     "CXXRT": lambda ev: ev.update(deepep_cxx_runtime=[{"path": "deep_ep/_C.cpython-312-x86_64-linux-gnu.so",
                                                        "defines": ["std::locale::classic()"]}]),
+    "V2CUDA": lambda ev: ev.update(deepep_version="v2", cuda=dict(BASE["cuda"], release="12.8")),
     "JITCACHE": lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, kernels=0, bytes=0)),
 }
 # DeepEP V2's warmed JIT cache as docs/results/site-v2-h100 left it (jit_cache_stats).
@@ -261,6 +262,14 @@ def test_jit_cache_each_failure_names_its_evidence():
     assert status_of("JITCACHE", evidence(lambda ev: ev.update(jit_cache=None)))["status"] == "not_applicable"
     logged = status_of("JITCACHE", evidence(lambda ev: ev.update(deepep_version="v2", jit_cache=JIT, logs={
         "/opt/deepep/reports/elastic_ep.log": "Corrupted JIT cache directory (missing kernel.cu or kernel.cubin): x"})))
+    assert logged["status"] == "problem"
+
+
+def test_v2_cuda_from_the_toolkit_or_the_build_log():
+    assert status_of("V2CUDA", evidence(_v2))["status"] == "ok"  # 12.9
+    logged = status_of("V2CUDA", evidence(all_of(_v2, lambda ev: ev.update(logs={
+        "/opt/deepep/deepep/builds/x/build.log": "csrc/kernels/elastic/api.cuh(41): error: identifier "
+                                                 "\"__cvta_generic_to_shared\" is undefined"}))))
     assert logged["status"] == "problem"
 
 
@@ -389,7 +398,7 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|JITCACHE|MEMLOCK|GPUS) \|", line)]
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|MEMLOCK|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 
