@@ -452,9 +452,10 @@ def kf31(ev):
     nccl = (python.get("torch") or {}).get("nccl")
     wheel = (python.get("nccl_wheel") or {}).get("version")
     found = version_tuple(nccl or wheel)
-    # Which library a process gets: a node's (LD_LIBRARY_PATH, e.g. GCP's gIB) before the interpreter's own.
+    # Which library a process gets: a node's mapped before the interpreter's own (LD_PRELOAD; torch 2.11's RPATH
+    # beats LD_LIBRARY_PATH, docs/results/nccl-loader-h100).
     shadow = node_nccl(python)
-    where = (" from %s, the node's, before the interpreter's nvidia/nccl (LD_LIBRARY_PATH or ld.so.conf)"
+    where = (" from %s, the node's, before the interpreter's nvidia/nccl (LD_PRELOAD or LD_LIBRARY_PATH)"
              % shadow["lib"]) if shadow else ""
     if found is None:
         return UNKNOWN, "NCCL version unknown" + where

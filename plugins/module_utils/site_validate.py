@@ -328,13 +328,14 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
                                  "or deepep_version=v1", "its torch is %s; DeepEP V2 needs torch >= 2.10" % torch))
     shadow = node_nccl(stack)
     if shadow:
-        # The node's library wins over the interpreter's (LD_LIBRARY_PATH, e.g. GCP's gIB in /etc/environment):
-        # whatever the nccl layer puts in the interpreter is not what torch loads, so only that library counts.
+        # A node library mapped before the interpreter's (LD_PRELOAD, or a torch with RUNPATH under GCP gIB's
+        # LD_LIBRARY_PATH): what the nccl layer puts in the interpreter is not what torch loads; only it counts.
         found = version_tuple(shadow["version"])
         if found is None or found < V2_MIN_NCCL:
             problems.append(_problem(
                 "deepep_python", python, "a node NCCL >= 2.30.4 where torch finds it first (gIB >= 1.1.2 bundles "
-                "2.30.4), or that library off LD_LIBRARY_PATH for the jobs and Ansible, or deepep_version=v1",
+                "2.30.4), or that library off LD_PRELOAD / LD_LIBRARY_PATH for the jobs and Ansible, or "
+                "deepep_version=v1",
                 "torch loads %s (NCCL %s) from outside the interpreter, before its own nvidia/nccl: the NCCL the "
                 "nccl layer installs there would not be used; DeepEP V2 needs NCCL >= 2.30.4 (KF31)"
                 % (shadow["lib"], shadow["version"] or "unknown")))

@@ -224,7 +224,7 @@ def test_kf31_names_a_node_nccl_torch_loads_first():
     finding = status_of("KF31", evidence(gib))
     assert finding["status"] == "ok" and finding["evidence"] == (
         "NCCL 2.30.4 from /usr/local/gib/lib64/libnccl.so.2, the node's, before the interpreter's nvidia/nccl "
-        "(LD_LIBRARY_PATH or ld.so.conf)")
+        "(LD_PRELOAD or LD_LIBRARY_PATH)")
     old = all_of(gib, lambda ev: ev["python"]["torch"].update(nccl="2.27.7"))
     assert status_of("KF31", evidence(old))["status"] == "problem"
 

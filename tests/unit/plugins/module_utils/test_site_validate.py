@@ -260,8 +260,8 @@ def test_the_nccl_layer_of_the_run_is_what_v2_is_checked_against():
 
 
 def test_a_node_nccl_that_torch_loads_first_is_the_one_judged():
-    """GCP A4 as cluster-toolkit sets it up: /usr/local/gib/lib64 (gIB, with its bundled NCCL) on LD_LIBRARY_PATH
-    from /etc/environment, so torch's import maps that libnccl.so.2, not the interpreter's nvidia/nccl one."""
+    """A node NCCL (GCP gIB's /usr/local/gib/lib64) that torch's import maps before the interpreter's nvidia/nccl
+    one (through LD_PRELOAD: torch 2.11's RPATH beats LD_LIBRARY_PATH, docs/results/nccl-loader-h100)."""
     site = "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl"
 
     def gib(version):
