@@ -5,9 +5,12 @@
 
 controller_src: the archive's sha256 is computed here (once per file and run), so the node confirms an up-to-date
 build without the archive being copied or hashed there; the module says `needs_source` when a build needs it.
-controller_cache: whether the controller's build cache holds this fingerprint, without a task of its own.
+controller_cache: whether the controller's build cache holds this fingerprint (the artifact and its digest
+record), without a task of its own.
 controller_artifact: a build of the controller cache is put on the node (its remote temporary directory) and
-installed from there, in the module's own task: no directory and copy tasks, no copy left on the node.
+installed from there, in the module's own task: no directory and copy tasks, no copy left on the node. It goes only
+when its bytes match the digest the controller recorded when it fetched it from the one node that exported it
+(<artifact>.sha256, sha256sum's format), and only from a cache directory no other user can write.
 build_timeout: the module runs in the background (a long build outlives an SSH session) and is checked every
 progress_interval seconds; each check prints the build's phase and elapsed time (not a bare async poll line) and
 touches the build's heartbeat. A Ctrl-C ends this worker at once (Ansible's workers do not finish their task), so
@@ -51,6 +54,28 @@ def _replaced(value, old, new):
     if isinstance(value, list):
         return [_replaced(v, old, new) for v in value]
     return value
+
+
+def cache_dir_problem(path):
+    """Why the controller cache at path cannot be trusted (group or others can write it), else None."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return None
+    if mode & 0o022:
+        return ("the controller cache %s can be written by users other than its owner (mode %04o): what is in it "
+                "installs on every node; chmod go-w %s (the roles create it 0700)" % (path, mode, path))
+    return None
+
+
+def recorded_digest(artifact):
+    """The digest recorded beside a cache artifact (<artifact>.sha256), or None."""
+    try:
+        with open(artifact + ".sha256") as handle:
+            words = handle.read().split()
+    except OSError:
+        return None
+    return ("sha256:" + words[0].lower()) if words and len(words[0]) == 64 else None
 
 
 def archive_digest(path):
@@ -104,6 +129,20 @@ class ActionModule(ActionBase):
             if not os.path.isfile(local):
                 return dict(result, failed=True, msg="controller_artifact: %s is not on the controller (the cache "
                                                      "entry of another node's build)" % controller_artifact)
+            problem = cache_dir_problem(os.path.dirname(local))
+            if problem:
+                return dict(result, failed=True, msg=problem)
+            recorded = recorded_digest(local)
+            if recorded is None:
+                return dict(result, failed=True, forged=local, msg=(
+                    "the controller cache's %s has no digest record (%s.sha256): it was not fetched by this "
+                    "collection from the node that built it; delete it and run again to build it, or carry its "
+                    "record in with it (sha256sum NAME > NAME.sha256)" % (local, local)))
+            if archive_digest(local) != recorded:
+                return dict(result, failed=True, forged=local, msg=(
+                    "the controller cache's %s does not match the digest recorded when it was fetched (%s, now %s): "
+                    "nothing was installed; delete it and its .sha256 and run again to build it"
+                    % (local, recorded, archive_digest(local))))
             if not self._play_context.check_mode:
                 args["artifact_in"] = self._put_artifact(local)
             build_timeout = 0  # an install answers at once
@@ -126,8 +165,14 @@ class ActionModule(ActionBase):
                 module["damaged"] = local
         if controller_cache and module.get("fingerprint") and not module.get("failed"):
             name = "%s-%s.tar.gz" % (args.get("name"), module["fingerprint"])
-            # As fetch and copy read it: a relative directory is the playbook's.
-            module["cached"] = os.path.isfile(os.path.join(self._loader.path_dwim(controller_cache), name))
+            # As fetch and copy read it: a relative directory is the playbook's. An artifact without its digest
+            # record is not counted (a node builds and exports it again, and the record is made).
+            cache = self._loader.path_dwim(controller_cache)
+            problem = cache_dir_problem(cache)
+            if problem:
+                return merge_hash(result, dict(module, failed=True, msg=problem))
+            module["cached"] = os.path.isfile(os.path.join(cache, name)) and os.path.isfile(
+                os.path.join(cache, name + ".sha256"))
         result = merge_hash(result, module)
         if not self._task.async_val:
             self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -10,18 +10,28 @@ def fanout_roles(plans, offline=False):
     """plans: [{host, fingerprint, needs, cached}] in play order (needs: the node lacks this build; cached: the
     controller cache holds it). Returns {host: role}:
 
-      none  - nothing to do here;
-      cache - install the cached build;
-      build - build it (the first node that needs an uncached fingerprint), and export it to the cache;
-      wait  - another node of this run builds it; install from the cache after.
+      none   - nothing to do here;
+      export - nothing to build here, but the cache lacks this node's build and no node of this run builds it:
+               the one node (the first) that exports it to the cache;
+      cache  - install the cached build;
+      build  - build it (the first node that needs an uncached fingerprint), and export it to the cache;
+      wait   - another node of this run builds it; install from the cache after.
+
+    One node at most exports a fingerprint (build or export): the controller records the digest of what it
+    fetched from that node, and the other nodes install only what matches it.
 
     offline: nothing may be built; a needed, uncached fingerprint is an error (ValueError naming the hosts).
     """
     roles, builders, missing = {}, {}, []
+    cached = set(plan.get("fingerprint") for plan in plans if plan.get("cached"))
+    built = set(plan.get("fingerprint") for plan in plans if plan.get("needs")) - cached
     for plan in plans:
         host, fp = plan["host"], plan.get("fingerprint")
         if not plan.get("needs"):
-            roles[host] = "none"
+            exports = fp and fp not in cached and fp not in built and fp not in builders
+            roles[host] = "export" if exports else "none"
+            if exports:
+                builders[fp] = host
         elif plan.get("cached"):
             roles[host] = "cache"
         elif offline:

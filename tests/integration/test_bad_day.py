@@ -6,6 +6,7 @@ the cause and what to do, and that a run without the fault recovers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -163,8 +164,16 @@ def test_a_damaged_cache_entry_is_named_on_the_controller_and_leaves_no_scratch(
               "deepep_verify", "--tags", "deepep", "--forks", "1"]
     rc, out = run_inventory(node, fanout + ["--limit", "n1"])
     assert rc == 0, out
-    (entry,) = list(cache.iterdir())
+    (entry,) = [p for p in cache.iterdir() if p.name.endswith(".tar.gz")]
     entry.write_bytes(entry.read_bytes()[:300])  # a copy cut short
+    # Its bytes no longer match the digest recorded when it was fetched: refused on the controller.
+    rc, out = run_inventory(node, fanout + ["--limit", "n2"])
+    assert rc == 2, out
+    assert "does not match the digest recorded when it was fetched" in " ".join(out.split()), out
+    assert not (tmp_path / "n2" / "opt" / "deepep" / "current").exists()
+    # A carried-in cache whose record was made from the damaged copy: the node finds the damage itself.
+    record = cache / (entry.name + ".sha256")
+    record.write_text("%s  %s\n" % (hashlib.sha256(entry.read_bytes()).hexdigest(), entry.name))
     rc, out = run_inventory(node, fanout + ["--limit", "n2"])
     assert rc == 2, out
     flat = " ".join(out.replace("''", "'").split())  # YAML folds and quotes the message
@@ -175,6 +184,7 @@ def test_a_damaged_cache_entry_is_named_on_the_controller_and_leaves_no_scratch(
     builds = tmp_path / "n2" / "opt" / "deepep" / "builds"
     assert not (tmp_path / "n2" / "opt" / "deepep" / "current").exists() and os.listdir(str(builds)) == []
     entry.unlink()
+    record.unlink()
     rc, out = run_inventory(node, fanout + ["--limit", "n2"])
     assert rc == 0, out
 

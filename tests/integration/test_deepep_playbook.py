@@ -5,6 +5,7 @@ environment laid out like the GPU machine's, and the stand-in DeepEP, GDRCopy an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -374,7 +375,11 @@ def test_build_once_install_everywhere(node, tmp_path):
     assert rc == 0, out
     assert roles(out) == {"n1": "build", "n2": "wait"}, out
     cached = sorted(p.name for p in cache.iterdir())
-    assert len(cached) == 1 and cached[0].startswith("deepep-") and cached[0].endswith(".tar.gz")
+    # The artifact and the digest the controller recorded when it fetched it; the cache is the controller's alone.
+    assert len(cached) == 2 and cached[0].startswith("deepep-") and cached[0].endswith(".tar.gz"), cached
+    assert cached[1] == cached[0] + ".sha256" and oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert (cache / cached[1]).read_text() == "%s  %s\n" % (
+        hashlib.sha256((cache / cached[0]).read_bytes()).hexdigest(), cached[0])
     n1 = os.path.realpath(str(tmp_path / "n1" / "opt" / "deepep" / "current"))
     n2 = os.path.realpath(str(tmp_path / "n2" / "opt" / "deepep" / "current"))
     assert os.path.basename(n1) == os.path.basename(n2)  # one fingerprint
@@ -441,8 +446,9 @@ def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):
     # NVSHMEM's tree records the GDRCopy it was built with, and each node's GDRCopy lives under its own prefix:
     # two fingerprints, two builds.
     assert fanout_roles(out, "NVSHMEM") == {"n1": "build", "n2": "build"}, out
-    cached = sorted(p.name.split("-")[0] for p in cache.iterdir())
+    cached = sorted(p.name.split("-")[0] for p in cache.iterdir() if p.name.endswith(".tar.gz"))
     assert cached == ["gdrcopy", "nvshmem", "nvshmem"], cached
+    assert len([p for p in cache.iterdir() if p.name.endswith(".tar.gz.sha256")]) == 3
     gdrcopy = [os.path.realpath(str(tmp_path / n / "opt" / "gdrcopy" / "current")) for n in ("n1", "n2")]
     assert os.path.basename(gdrcopy[0]) == os.path.basename(gdrcopy[1])
     # n2 installed n1's tree (its build.log came along) and ran the verify command itself.

@@ -202,7 +202,7 @@ def test_one_node_builds_the_others_install_from_the_controller_cache_even_offli
     rc, out, roles = nodes("n1", "n2")
     assert rc == 0, out
     assert roles == {"n1": "build", "n2": "wait"}, out
-    assert [p.name.split("-")[0] for p in cache.iterdir()] == ["nccl"]
+    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["nccl", "nccl"]  # the build and its digest
     n1, n2 = (os.path.realpath(str(tmp_path / n / "nccl" / "current")) for n in ("n1", "n2"))
     assert os.path.basename(n1) == os.path.basename(n2)  # one fingerprint
     assert os.path.isfile(os.path.join(n2, "install.log")) and not os.path.isfile(os.path.join(n1, "install.log"))
@@ -211,6 +211,30 @@ def test_one_node_builds_the_others_install_from_the_controller_cache_even_offli
     assert re.search(r"n1\s+: ok=\d+\s+changed=0", out) and re.search(r"n2\s+: ok=\d+\s+changed=0", out), out
     rc, out, roles = nodes("n3", nccl_offline=True)
     assert rc == 0 and roles == {"n3": "cache"}, out
+
+    # A forged artifact under the cached name (what a rooted node or another local user would plant): refused on
+    # the controller before anything reaches the node.
+    (artifact,) = [p for p in cache.iterdir() if p.name.endswith(".tar.gz")]
+    forged_tree = tmp_path / "forged"
+    (forged_tree / "lib").mkdir(parents=True)
+    (forged_tree / ".moe_infra_stamp.json").write_text(json.dumps({"fingerprint": artifact.name[5:-7]}))
+    with tarfile.open(str(artifact), "w:gz") as tar:
+        tar.add(str(forged_tree), arcname=".")
+    rc, out, roles = nodes("n5", nccl_offline=True)
+    assert rc != 0 and roles == {"n5": "cache"}, out
+    assert "does not match the digest recorded when it was fetched" in out, out
+    assert not (tmp_path / "n5" / "nccl" / "current").exists()
+    # Without its record an artifact does not count as cached: a node builds and exports it again.
+    (cache / (artifact.name + ".sha256")).unlink()
+    rc, out, roles = nodes("n5")
+    assert rc == 0 and roles == {"n5": "build"}, out
+    assert (cache / (artifact.name + ".sha256")).read_text().split() == [
+        hashlib.sha256(artifact.read_bytes()).hexdigest(), artifact.name]
+    # A cache other users can write is refused outright.
+    cache.chmod(0o777)
+    rc, out, roles = nodes("n5")
+    assert rc != 0 and "can be written by users other than its owner (mode 0777)" in out, out
+    cache.chmod(0o700)
     for old in cache.iterdir():
         old.unlink()
     rc, out, roles = nodes("n4", nccl_offline=True)  # stops before it reports a role

@@ -26,3 +26,12 @@ def test_offline_needs_the_cache():
         "a": "cache", "b": "none"}
     with pytest.raises(ValueError, match=r"offline: the cache lacks the build b \(fingerprint f2\), c \(fingerprint f2\)"):
         fanout_roles([plan("a", "f1", cached=True), plan("b", "f2"), plan("c", "f2")], offline=True)
+
+
+def test_one_node_exports_a_build_the_cache_lacks():
+    # Up to date on a, b and c, not in the cache: a alone exports it (the controller records what it fetched).
+    roles = fanout_roles([plan("a", "f1", needs=False), plan("b", "f1", needs=False), plan("c", "f2", needs=False)])
+    assert roles == {"a": "export", "b": "none", "c": "export"}
+    # A node of this run builds it: nobody else exports that fingerprint.
+    assert fanout_roles([plan("a", "f1", needs=False), plan("b", "f1")]) == {"a": "none", "b": "build"}
+    assert fanout_roles([plan("a", "f1", needs=False, cached=True)]) == {"a": "none"}
