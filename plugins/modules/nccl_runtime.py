@@ -42,6 +42,13 @@ options:
       original library digest).
     type: path
     required: true
+  check_user:
+    description:
+      - Run the version check (loading the library in place) as this user when the module runs as root, e.g. the
+        nccl layer's build user: the library is build output, and root does not load it. Empty, the module's own
+        user loads it.
+    type: str
+    default: ""
   state:
     description: V(present) puts the build in place; V(absent) puts the originals back.
     type: str
@@ -103,7 +110,9 @@ backup:
 import hashlib
 import json
 import os
+import pwd
 import shutil
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -161,7 +170,23 @@ class NcclRuntime(object):
         return found
 
     def loaded_version(self, lib):
-        rc, out, err = self.module.run_command([self.params["python"], "-c", VERSION_CHECK, lib], cwd="/")
+        argv = [self.params["python"], "-c", VERSION_CHECK, lib]
+        user = self.params["check_user"]
+        if user and os.geteuid() == 0:
+            try:
+                account = pwd.getpwnam(user)
+            except KeyError:
+                self.module.fail_json(msg="check_user: there is no user %s; create it (the nccl layer's build user) "
+                                          "or set check_user to ''" % user)
+            # Without root's groups or capabilities, from /: only what any process of that user could do.
+            try:
+                proc = subprocess.run(argv, cwd="/", user=account.pw_uid, group=account.pw_gid, extra_groups=[],
+                                      capture_output=True, text=True, check=False)
+                rc, out, err = proc.returncode, proc.stdout, proc.stderr
+            except OSError as exc:  # the interpreter is not one that user may run
+                rc, out, err = 126, "", "as %s: %s" % (user, exc)
+        else:
+            rc, out, err = self.module.run_command(argv, cwd="/")
         if rc != 0:
             return None, (err.strip().splitlines() or ["exit %d" % rc])[-1]
         return decode_version(int(out.strip().splitlines()[-1])), None
@@ -278,6 +303,7 @@ def main():
             version=dict(type="str"),
             backup_dir=dict(type="path", required=True),
             state=dict(type="str", default="present", choices=["present", "absent"]),
+            check_user=dict(type="str", default=""),
         ),
         required_if=[("state", "present", ("build_dir", "version"))],
         supports_check_mode=True,

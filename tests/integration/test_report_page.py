@@ -98,10 +98,12 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     assert sorted(rows) == ["node1", "node2", "node3", "node4"]
     assert "dropped out" in rows["node4"] and "dropped out" not in rows["node1"]
     cells = [e for e in found if e["attrs"].get("data-layer")]
-    assert len(cells) == 4 * 8
+    assert len(cells) == 4 * 9
     states = dict(((c["attrs"]["data-layer"]), c["attrs"]["data-state"]) for c in cells)
-    assert set(states) == {"doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep", "tests",
-                           "doctor"}
+    assert set(states) == {"doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep",
+                           "tests", "doctor"}
+    # A V1 run: no NCCL layer, shown as skipped.
+    assert {c["attrs"]["data-state"] for c in cells if c["attrs"]["data-layer"] == "nccl"} == {"skipped"}
     tests = [c["text"].strip() for c in cells if c["attrs"]["data-layer"] == "tests"]
     assert all(text.startswith("passed") for text in tests), tests
 

@@ -25,14 +25,18 @@ def nccl_build(root, version=(2, 30, 7)):
     return str(root)
 
 
-@pytest.fixture
-def site(tmp_path):
+def make_site(root):
     # The wheel's library answers 2.28.9 (torch 2.11's), as on the test machine.
-    python = make_python_site(tmp_path / "venv", nccl_runtime=(2, 28, 9))
-    nccl_dir = tmp_path / "venv" / "site-packages" / "nvidia" / "nccl"
+    python = make_python_site(root / "venv", nccl_runtime=(2, 28, 9))
+    nccl_dir = root / "venv" / "site-packages" / "nvidia" / "nccl"
     (nccl_dir / "include").mkdir()
     (nccl_dir / "include" / "nccl.h").write_text("#define NCCL_MINOR 28\n")
     return python, nccl_dir
+
+
+@pytest.fixture
+def site(tmp_path):
+    return make_site(tmp_path)
 
 
 def present(run_module, python, build, tmp_path, check_mode=False, version="2.30.7"):
@@ -108,3 +112,22 @@ def test_bad_input_is_named(run_module, site, tmp_path):
     assert failed and "has no nvidia.nccl package" in result["msg"]
     result, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "r")))
     assert failed and "state is present but all of the following are missing: build_dir, version" in result["msg"]
+
+
+def test_the_version_check_runs_as_the_check_user(run_module, tmp_path):
+    """The library in place is build output: with check_user the check loads it as that user. nobody cannot reach
+    this site (root's 0700 tmp_path), so the check fails there and the build is taken out again; as a user who
+    can (root here, through the same switch of user), it passes."""
+    python, nccl_dir = make_site(tmp_path / "site")
+    build = nccl_build(tmp_path / "build")
+    original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
+    denied, failed = run_module(module, dict(python=python, build_dir=build, version="2.30.7", check_user="nobody",
+                                             backup_dir=str(tmp_path / "replaced")))
+    assert failed and "cannot be loaded (as nobody: " in denied["msg"], denied
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original and not (nccl_dir / module.RECORD).exists()
+    done, failed = run_module(module, dict(python=python, build_dir=build, version="2.30.7", check_user="root",
+                                           backup_dir=str(tmp_path / "replaced")))
+    assert not failed and done["loaded_version"] == "2.30.7", done.get("msg")
+    missing, failed = run_module(module, dict(python=python, build_dir=build, version="2.30.7",
+                                              check_user="no-such-user-x", backup_dir=str(tmp_path / "replaced")))
+    assert failed and missing["msg"].startswith("check_user: there is no user no-such-user-x")
