@@ -45,8 +45,8 @@ options:
   check_user:
     description:
       - Run the version check (loading the library in place) as this user when the module runs as root, e.g. the
-        nccl layer's build user: the library is build output, and root does not load it. Empty, the module's own
-        user loads it.
+        nccl layer's build user, since the library is build output and root does not load it. Empty, the module's
+        own user loads it.
     type: str
     default: ""
   state:
