@@ -9,6 +9,7 @@ $CLUSTER_REPORT_OUT when set (tests/fixtures/cluster_report/ holds a copy: the b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -167,8 +168,14 @@ def test_each_build_ran_once_and_was_installed_on_the_other_three():
                                             check=False).returncode == 0)
         assert len(fingerprints) == 1, (component, fingerprints)
         assert sorted(installed) == [False, True, True, True], (component, installed)  # one builder
-        cached = [f for f in os.listdir(os.path.join(EPHEMERAL, "cache")) if f.startswith(component + "-")]
-        assert cached == ["%s-%s.tar.gz" % (component, fingerprints.pop())], cached
+        cached = sorted(f for f in os.listdir(os.path.join(EPHEMERAL, "cache")) if f.startswith(component + "-"))
+        name = "%s-%s.tar.gz" % (component, fingerprints.pop())
+        # The build and the digest the controller recorded when it fetched it from the builder.
+        assert cached == [name, name + ".sha256"], cached
+        with open(os.path.join(EPHEMERAL, "cache", name), "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+        with open(os.path.join(EPHEMERAL, "cache", name + ".sha256")) as handle:
+            assert handle.read() == "%s  %s\n" % (digest, name)
 
 
 def test_converge_then_a_rerun_that_changes_nothing():
