@@ -17,9 +17,12 @@ def _short(text, limit):
 
 
 def build_phase(log_tail):
-    """'<step command>: [<progress>] <what>', or the step alone, or 'starting' before the first step."""
-    step, progress = None, None
+    """'<step command>: [<progress>] <what>', or the step alone, or '... <last line>' when the step's start has left
+    the tail (a make without progress lines, NCCL's), or 'starting' before the first step."""
+    step, progress, last = None, None, None
     for line in (log_tail or "").splitlines():
+        if line.strip():
+            last = line
         if line.startswith("$ "):
             step, progress = line[2:], None
             continue
@@ -29,6 +32,8 @@ def build_phase(log_tail):
     parts = [_short(step, 60)] if step else []
     if progress:
         parts.append(_short(progress, 90))
+    if not parts and last:
+        return "... " + _short(last, 90)
     return ": ".join(parts) or "starting"
 
 

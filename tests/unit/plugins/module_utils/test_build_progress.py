@@ -32,5 +32,12 @@ def test_phase_before_the_first_step():
     assert build_phase("") == "starting" and build_phase(None) == "starting"
 
 
+def test_phase_when_the_step_has_left_the_tail():
+    # The tail of NCCL's make (no progress lines): the build goes on, it is not "starting".
+    tail = ("Compiling  transport/net_ib.cc                > /opt/deepep/nccl/builds/82de/src/build/obj/transport/net_ib.o\n"
+            "Compiling  device/all_reduce.cu               > /opt/deepep/nccl/builds/82de/src/build/obj/device/ar.o\n")
+    assert build_phase(tail) == "... Compiling device/all_reduce.cu > /opt/deepep/nccl/builds/82de/src/build/obj/device/ar.o"
+
+
 def test_elapsed_text():
     assert elapsed_text(42.4) == "42 s" and elapsed_text(65) == "1 min 05 s" and elapsed_text(600) == "10 min 00 s"
