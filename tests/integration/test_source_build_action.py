@@ -5,6 +5,7 @@ on the node; bad values for what only the action plugin reads are refused with a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -75,10 +76,14 @@ def test_an_archive_on_the_controller_is_confirmed_without_a_copy(tmp_path):
     node_copy.unlink()
     rc, out = play(tmp_path, task, say)
     assert rc == 0 and "needs_source=False cached=False" in out and "changed=0" in out, out
-    # The controller cache holding this fingerprint is read in the same call.
+    # The controller cache holding this fingerprint (the artifact and its digest record) is read in the same call.
     fingerprint = os.path.basename(os.readlink(str(tmp_path / "opt" / "current")))
-    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").mkdir(mode=0o700)
     (tmp_path / "cache" / ("demo-%s.tar.gz" % fingerprint)).write_bytes(b"")
+    rc, out = play(tmp_path, task, say)
+    assert rc == 0 and "needs_source=False cached=False" in out, out  # no record: not counted
+    (tmp_path / "cache" / ("demo-%s.tar.gz.sha256" % fingerprint)).write_text(
+        "%s  demo-%s.tar.gz\n" % (hashlib.sha256(b"").hexdigest(), fingerprint))
     rc, out = play(tmp_path, task, say)
     assert rc == 0 and "needs_source=False cached=True" in out, out
 
@@ -108,6 +113,9 @@ def test_a_cached_build_is_sent_and_installed_in_one_task(tmp_path):
     first = build_task(tmp_path, prefix=str(tmp_path / "a"), artifact_out=str(tmp_path / "cache" / "demo.tar.gz"))
     rc, out = play(tmp_path, first)
     assert rc == 0 and (tmp_path / "cache" / "demo.tar.gz").is_file(), out
+    # What build_fanout records when it fetches an artifact: its digest, beside it.
+    (tmp_path / "cache" / "demo.tar.gz.sha256").write_text("%s  demo.tar.gz\n" % hashlib.sha256(
+        (tmp_path / "cache" / "demo.tar.gz").read_bytes()).hexdigest())
     second = dict(build_task(tmp_path, prefix=str(tmp_path / "b"), artifact_in=str(tmp_path / "b-artifacts" / "x.tar.gz"),
                              controller_artifact=str(tmp_path / "cache" / "demo.tar.gz")))
     show = {"ansible.builtin.debug": {"msg": "{{ built.action }}: {{ built.reason }}"}}
