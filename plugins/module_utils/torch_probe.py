@@ -11,6 +11,8 @@ import os
 import re
 import tempfile
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import run_as
+
 PROBE = r'''
 import glob, importlib.metadata as md, importlib.util, json, os, sys
 out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
@@ -131,9 +133,21 @@ def _identity(path):
         return None
 
 
-def state_key(module, python, script, env):
+def runner(module, account=None):
+    """How the probes run python: as the module's user, or as account (a pwd entry; see unprivileged.run_as) so
+    that code on a build's PYTHONPATH (a planted sitecustomize.py, deep_ep itself) never runs as root."""
+    def run(argv, env):
+        if account is None:
+            return module.run_command(argv, environ_update=env, cwd="/")
+        return run_as(account, argv, "/", env)
+    run.user = account.pw_name if account is not None else None
+    return run
+
+
+def state_key(module, python, script, env, run=None):
     """Digest of what the probe's answer depends on, or None when it cannot be read (then the probe runs)."""
-    rc, out, dummy = module.run_command([python, "-c", SYS_PATH], environ_update=env, cwd="/")
+    run = run or runner(module)
+    rc, out, dummy = run([python, "-c", SYS_PATH], env)
     if rc != 0:
         return None
     try:
@@ -161,14 +175,15 @@ def state_key(module, python, script, env):
     state = {"python": os.path.realpath(python), "python_stat": _stat(os.path.realpath(python)),
              "kernel": os.uname().release, "driver": driver,
              "sys_path": [(path, _entries(path)) for path in paths], "named": named, "wheel_libs": wheel_libs,
-             "env": sorted(env.items()), "script": hashlib.sha256(script.encode()).hexdigest()}
+             "env": sorted(env.items()), "user": getattr(run, "user", None), "script": hashlib.sha256(script.encode()).hexdigest()}
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
-def run_probe_cached(module, python, script, env, cache_dir):
+def run_probe_cached(module, python, script, env, cache_dir, run=None):
     """(rc, stdout, stderr, cached): the probe's output, from cache_dir when the state it depends on is the one
-    an earlier run of it saw. A failing probe is not kept; in check mode nothing is written."""
-    key = state_key(module, python, script, env) if cache_dir else None
+    an earlier run of it saw. A failing probe is not kept; in check mode nothing is written. run: see runner."""
+    run = run or runner(module)
+    key = state_key(module, python, script, env, run) if cache_dir else None
     path = os.path.join(cache_dir, key + ".json") if key else None
     if path and os.path.isfile(path):
         try:
@@ -176,7 +191,7 @@ def run_probe_cached(module, python, script, env, cache_dir):
                 return 0, json.load(handle)["stdout"], "", True
         except (OSError, ValueError, KeyError):
             pass
-    rc, out, err = module.run_command([python, "-c", script], environ_update=env, cwd="/")
+    rc, out, err = run([python, "-c", script], env)
     if path and rc == 0 and not module.check_mode:
         try:
             os.makedirs(cache_dir, mode=0o755, exist_ok=True)

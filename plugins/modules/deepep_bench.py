@@ -101,6 +101,17 @@ options:
       - DeepEP V2's JIT cache (the C(EP_JIT_CACHE_DIR) of O(environment)); its kernels are counted before and
         after the run. Required for O(test=jit_warmup).
     type: path
+  run_as:
+    description:
+      - Run the test as this unprivileged user (the build user) instead of the module's user, with no
+        supplementary group, a scratch C(HOME) of its own and locked memory unlimited; whatever the test leaves
+        running is ended afterwards. Root then runs nothing of the build it tests. Empty runs it as the module's
+        user.
+      - With O(jit_cache_dir), the cache's C(cache) and C(tmp) trees are the user's while the test runs and go back
+        to their owner afterwards without following a link, with no write bit for others and no setuid bit
+        (group write kept where the cache is a group's, setgid).
+    type: str
+    default: ""
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -152,6 +163,10 @@ command:
   returned: always
   type: list
   elements: str
+user:
+  description: Who ran the test (O(run_as), or the module's user).
+  returned: when the test ran (not in check mode)
+  type: str
 reused:
   description: Whether the result is an earlier pass read from O(report) (nothing ran).
   returned: always
@@ -167,6 +182,7 @@ jit:
 import hashlib
 import json
 import os
+import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -182,6 +198,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output imp
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
 from ansible_collections.moe_infra.deepep.plugins.module_utils.jit_cache import jit_cache_stats
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import account_of, lend_tree, run_as
 
 SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py",
            "elastic_ep": os.path.join("elastic", "test_ep.py"), "elastic_barrier": os.path.join("elastic", "test_barrier.py"),
@@ -191,7 +208,7 @@ PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_late
 
 
 SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
-REPORT_KEYS = ("passed", "rc", "seconds", "result", "below_thresholds", "command", "jit")
+REPORT_KEYS = ("passed", "rc", "seconds", "result", "below_thresholds", "command", "jit", "user")
 
 
 def verification_key(params, command):
@@ -201,7 +218,7 @@ def verification_key(params, command):
     what = dict(verified_for=params["verified_for"], command=command, timeout=params["timeout"],
                 environment={k: str(v) for k, v in params["environment"].items()}, env_script=params["env_script"],
                 thresholds=params["thresholds"], min_checks_passed=params["min_checks_passed"],
-                jit_cache_dir=params["jit_cache_dir"])
+                jit_cache_dir=params["jit_cache_dir"], run_as=params["run_as"])
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
@@ -237,6 +254,7 @@ def main():
             verified_for=dict(type="str", default=""),
             rerun=dict(type="bool", default=False),
             jit_cache_dir=dict(type="path"),
+            run_as=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -264,6 +282,13 @@ def main():
         module.fail_json(msg="jit_cache_dir: required for test=jit_warmup; set it to the EP_JIT_CACHE_DIR of environment")
     if p["num_processes"] < 1:
         module.fail_json(msg="num_processes: %s; set it to the number of GPUs" % p["num_processes"])
+    account = None
+    if p["run_as"] and os.geteuid() == 0:
+        try:
+            account = account_of(p["run_as"])
+        except KeyError:
+            module.fail_json(msg="run_as: there is no user %s on this node; create it (the deepep role's build user) "
+                                 "or set run_as to '' to test as root" % p["run_as"])
     allowed = set(THRESHOLD_KEYS[p["test"]])
     unknown = sorted(set(p["thresholds"]) - allowed)
     if unknown:
@@ -288,8 +313,13 @@ def main():
     jit_before = jit_cache_stats(p["jit_cache_dir"]) if p["jit_cache_dir"] else None
     started = time.time()
     # A hang is a failure: timeout kills the test (and, 30 s later, whatever ignores SIGTERM).
-    rc, out, err = module.run_command([timeout_bin, "--kill-after=30", str(p["timeout"])] + command,
-                                      cwd=p["deepep_dir"], environ_update=env)
+    argv = [timeout_bin, "--kill-after=30", str(p["timeout"])] + command
+    if account:
+        lent = [os.path.join(p["jit_cache_dir"], name) for name in ("cache", "tmp")] if p["jit_cache_dir"] else []
+        with lend_tree(lent, account):
+            rc, out, err = run_as(account, argv, p["deepep_dir"], env, scratch_home=True)
+    else:
+        rc, out, err = module.run_command(argv, cwd=p["deepep_dir"], environ_update=env)
     seconds = round(time.time() - started, 1)
     text = out + err
     with open(p["log"], "w") as log:
@@ -325,7 +355,8 @@ def main():
             problems.append("the warm-up left no kernel in %s/cache: the environment's EP_JIT_CACHE_DIR must name "
                             "jit_cache_dir" % p["jit_cache_dir"])
     result = dict(changed=False, passed=not problems, rc=rc, seconds=seconds, result=parsed,
-                  below_thresholds=misses, command=command, log=p["log"], reused=False, jit=jit)
+                  below_thresholds=misses, command=command, log=p["log"], reused=False, jit=jit,
+                  user=account.pw_name if account else pwd.getpwuid(os.geteuid()).pw_name)
     if p["report"]:
         with open(p["report"], "w") as handle:
             json.dump(dict(test=p["test"], num_processes=p["num_processes"], verified_for=p["verified_for"],

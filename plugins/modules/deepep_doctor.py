@@ -86,6 +86,13 @@ options:
         answer is read instead of importing torch again. Empty probes every time.
     type: path
     default: ""
+  probe_user:
+    description:
+      - Who runs the interpreter probe (it imports the build's C(deep_ep) from the env script's C(PYTHONPATH)): this
+        unprivileged user (the build user), or C(nobody) where it is not on the node, never root. Empty runs it as
+        the module's user.
+    type: str
+    default: deepep-build
   log_dirs:
     description: Directories whose C(*.log) files are matched against the known messages; empty for
       I(deepep_prefix)/reports.
@@ -186,7 +193,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
     mellanox_pci_devices,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import list_dir, read_attr
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached, runner
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import FALLBACK_USER, probe_account
 
 CAP_IPC_LOCK = 14
 LOG_TAIL_BYTES = 2 * 1024 * 1024
@@ -281,7 +289,7 @@ def nvshmem_info(module, root, wheel):
     return info
 
 
-def probe_python(module, python, env_script, cache_dir=""):
+def probe_python(module, python, env_script, cache_dir="", user=""):
     if not python:
         return None
     if not os.access(python, os.X_OK):
@@ -291,8 +299,12 @@ def probe_python(module, python, env_script, cache_dir=""):
     for name, value in env_script["vars"].items():
         env[name] = value + os.pathsep + os.environ[name] if name in path_like and os.environ.get(name) else value
     out = {"python": python, "error": None}
+    try:
+        run = runner(module, probe_account(user))
+    except KeyError:
+        return {"python": python, "error": "probe_user: neither %s nor %s is a user on this node" % (user, FALLBACK_USER)}
     for key, script in (("stack", PROBE), ("deep_ep", IMPORT_PROBE)):
-        rc, stdout, stderr, dummy = run_probe_cached(module, python, script, env, cache_dir)
+        rc, stdout, stderr, dummy = run_probe_cached(module, python, script, env, cache_dir, run)
         try:
             result = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -366,7 +378,7 @@ def gather(module, probe=True):
     stamp_inputs = ((deepep_stamp or {}).get("inputs") or {}).get("inputs") or {}
     python = p["python"] or (os.path.join(prefix, "venv", "bin", "python")
                              if os.path.exists(os.path.join(prefix, "venv", "bin", "python")) else "")
-    py = probe_python(module, python, env_script, p["probe_cache_dir"]) if probe else None
+    py = probe_python(module, python, env_script, p["probe_cache_dir"], p["probe_user"]) if probe else None
     nvshmem_current = os.path.join(p["nvshmem_prefix"] or os.path.join(prefix, "nvshmem"), "current")
     nvshmem_root = p["nvshmem_root"] or stamp_inputs.get("nvshmem_dir") or (
         nvshmem_current if os.path.isdir(nvshmem_current) else "")
@@ -445,6 +457,7 @@ def main():
             gdrcopy_prefix=dict(type="str", default=""),
             python=dict(type="str", default=""),
             probe_cache_dir=dict(type="path", default=""),
+            probe_user=dict(type="str", default="deepep-build"),
             log_dirs=dict(type="list", elements="path", default=[]),
             gdrcopy_kernel_module=dict(type="bool", default=False),
             nvshmem_method=dict(type="str", default="wheel", choices=["wheel", "source"]),

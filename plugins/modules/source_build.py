@@ -367,6 +367,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock, describe, kill_group, process_start
 from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies, cxx_runtime_message
 from ansible_collections.moe_infra.deepep.plugins.module_utils.safe_tar import UNSAFE_ERRORS, extract_all
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import boot_ticks_now, chown_tree, end_processes_of
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
     file_digest,
@@ -594,16 +595,7 @@ class SourceBuild(object):
 
     @staticmethod
     def chown_tree(path, uid, gid, sanitize=False):
-        """Give the tree to uid:gid without following a link: each directory is opened with O_NOFOLLOW relative to
-        its parent's descriptor, so a directory swapped for a symlink is never entered. sanitize (the hand-back
-        to root): no write bit for group and others, no setuid/setgid/sticky bit, and FIFOs and sockets (nothing a
-        build installs) removed."""
-        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            _own(top, uid, gid, sanitize)
-            _own_tree(top, uid, gid, sanitize)
-        finally:
-            os.close(top)
+        chown_tree(path, uid, gid, sanitize)
 
     def run_logged(self, command, env, cwd, log):
         """Run one step in a process group of its own, logged; its exit status, or ABANDONED when the run that
@@ -1017,41 +1009,6 @@ class SourceBuild(object):
         return result
 
 
-SAFE_MODE_MASK = ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH) & 0o7777
-
-
-def _own(fd, uid, gid, sanitize):
-    os.fchown(fd, uid, gid)
-    if sanitize:
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        if mode & ~SAFE_MODE_MASK:
-            os.fchmod(fd, mode & SAFE_MODE_MASK)
-
-
-def _own_tree(dir_fd, uid, gid, sanitize):
-    for name in os.listdir(dir_fd):
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISLNK(info.st_mode):
-            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-        elif stat.S_ISDIR(info.st_mode):
-            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-            try:
-                _own(sub, uid, gid, sanitize)
-                _own_tree(sub, uid, gid, sanitize)
-            finally:
-                os.close(sub)
-        elif stat.S_ISREG(info.st_mode):
-            handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-            try:
-                _own(handle, uid, gid, sanitize)
-            finally:
-                os.close(handle)
-        elif sanitize:
-            os.unlink(name, dir_fd=dir_fd)  # a FIFO or socket left by the build
-        else:
-            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-
-
 def read_no_follow(root, rel):
     """The text of root/rel, or None when it is missing, not a regular file, or reached through a symlink."""
     parts = [p for p in os.path.normpath(rel).split(os.sep) if p not in ("", ".")]
@@ -1075,41 +1032,6 @@ def read_no_follow(root, rel):
         if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
             return None
         return reader.read().decode("utf-8", "replace")
-
-
-def boot_ticks_now():
-    """Now, in the clock ticks since boot that /proc/<pid>/stat counts process start times in (one tick early)."""
-    try:
-        with open("/proc/uptime") as handle:
-            return max(int(float(handle.read().split()[0]) * os.sysconf("SC_CLK_TCK")) - 1, 0)
-    except (OSError, ValueError):
-        return None
-
-
-def end_processes_of(uid, since, marker):
-    """SIGKILL every process of uid that started at or after since (clock ticks since boot) and carries this
-    step's marker in its environment: what a build step left, in its process group or escaped from it (setsid, a
-    double fork). The user's other processes (another component's build, older ones) are left alone."""
-    ended = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat("/proc/" + name).st_uid != uid:
-                continue
-            with open("/proc/%s/environ" % name, "rb") as handle:
-                if marker.encode() not in handle.read().split(b"\0"):
-                    continue
-        except OSError:
-            continue
-        started = process_start(int(name))
-        if started is not None and since is not None and int(started) >= int(since):
-            try:
-                os.kill(int(name), signal.SIGKILL)
-                ended.append(int(name))
-            except OSError:
-                pass
-    return ended
 
 
 def spawn_in_own_group(argv, cwd, env, log, demote_to=None):

@@ -54,6 +54,14 @@ options:
         false and every reading null - so one call both checks for it and probes it.
     type: bool
     default: false
+  run_as:
+    description:
+      - Run the interpreter as this unprivileged user (the build user; see the security model in docs/usage.md), so
+        that nothing on O(pythonpath) - a build's C(deep_ep), a planted C(sitecustomize.py) - runs as root. A user not
+        on this node yet (a build user before the first build) is replaced by C(nobody). Empty, or a module not run
+        as root, runs it as the module's user.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - moe_infra.deepep.info_module
 """
@@ -116,11 +124,12 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached, runner
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import FALLBACK_USER, probe_account
 
 
-def run_probe(module, script, env, cached):
-    rc, out, err, hit = run_probe_cached(module, module.params["python"], script, env, module.params["cache_dir"])
+def run_probe(module, script, env, cached, run):
+    rc, out, err, hit = run_probe_cached(module, module.params["python"], script, env, module.params["cache_dir"], run)
     cached.append(hit)
     if rc != 0:
         module.fail_json(msg="%s could not run the probe: %s" % (module.params["python"], (err or out).strip()[-2000:]),
@@ -139,6 +148,7 @@ def main():
             environment=dict(type="dict", default={}),
             cache_dir=dict(type="path", default=""),
             missing_ok=dict(type="bool", default=False),
+            run_as=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -151,12 +161,17 @@ def main():
     if not os.access(python, os.X_OK):
         module.fail_json(msg="python: %s is not an executable interpreter; set it to the Python that has torch"
                              % python)
+    try:
+        run = runner(module, probe_account(module.params["run_as"]))
+    except KeyError:
+        module.fail_json(msg="run_as: neither %s nor %s is a user on this node; create the build user or set run_as "
+                             "to ''" % (module.params["run_as"], FALLBACK_USER))
     env = {key: str(value) for key, value in module.params["environment"].items()}
     env["LC_ALL"] = "C"
     cached = []
-    result = run_probe(module, PROBE, env, cached)
+    result = run_probe(module, PROBE, env, cached, run)
     env["PYTHONPATH"] = os.pathsep.join(module.params["pythonpath"])
-    deep_ep = run_probe(module, IMPORT_PROBE, env, cached)
+    deep_ep = run_probe(module, IMPORT_PROBE, env, cached, run)
     deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
     result["deep_ep"] = deep_ep
     module.exit_json(changed=False, exists=True, cached=all(cached), **result)

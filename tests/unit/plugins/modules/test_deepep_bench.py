@@ -7,9 +7,14 @@ import os
 import shutil
 import sys
 
+import pwd
+import stat
+import time
+
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_bench as module
+from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
 
@@ -220,3 +225,80 @@ def test_jit_warmup_fails_when_nothing_lands_in_its_cache_or_a_kernel_is_corrupt
     assert failed and "1 corrupted kernel directories in the JIT cache" in corrupt["msg"]
     missing, failed = bench(run_module, tree, tmp_path, test="jit_warmup", num_processes=1, environment=env)
     assert failed and missing["msg"].startswith("jit_cache_dir: required for test=jit_warmup")
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one the build user may run (pytest's may live under root's 0700 home)
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                                reason="runs the test as another user: needs root and %s" % SYSTEM_PYTHON)
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@needs_root
+def test_a_hostile_test_runs_unprivileged_and_leaves_root_nothing(run_module, tree, tmp_path):
+    """The build's test (here V2's warm-up) runs as the build user: it cannot read a root-only file, what it leaves
+    running is ended, and the JIT cache it wrote is root's again with no world-writable or setuid file, its link
+    not followed."""
+    open_to_others(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    os.chmod(str(secret), 0o600)
+    cache = tmp_path / "jit"
+    for name in ("cache", "tmp"):
+        (cache / name).mkdir(parents=True, mode=0o755)
+    env = dict(_env(tree), EP_JIT_CACHE_DIR=str(cache), DEEPEP_FIXTURE_HOSTILE=str(secret))
+    before = set(int(pid) for pid in os.listdir("/proc") if pid.isdigit())
+    result, failed = bench(run_module, tree, tmp_path, python=SYSTEM_PYTHON, test="jit_warmup", num_processes=1,
+                           environment=env, extra_args=["--skip-check", "--skip-perf-test"],
+                           jit_cache_dir=str(cache), run_as=BUILD_USER)
+    assert not failed, result
+    log = (tmp_path / "logs" / "test.log").read_text()
+    assert "fixture: uid=%d" % pwd.getpwnam(BUILD_USER).pw_uid in log
+    assert "cannot read the secret: Permission denied" in log and "root only" not in log
+    time.sleep(0.2)
+    sleepers = [pid for pid in set(int(p) for p in os.listdir("/proc") if p.isdigit()) - before
+                if _alive(pid) and os.stat("/proc/%d" % pid).st_uid == pwd.getpwnam(BUILD_USER).pw_uid]
+    assert sleepers == []
+    assert result["jit"]["compiled"] == 10
+    for top, dirs, files in os.walk(str(cache)):
+        for name in dirs + files:
+            info = os.lstat(os.path.join(top, name))
+            assert info.st_uid == 0, os.path.join(top, name)
+            if not stat.S_ISLNK(info.st_mode):
+                assert not info.st_mode & (stat.S_IWOTH | stat.S_IWGRP | stat.S_ISUID), os.path.join(top, name)
+    assert os.stat(str(secret)).st_uid == 0 and stat.S_IMODE(os.stat(str(secret)).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(str(cache / "cache")).st_mode) == 0o755
+
+
+@needs_root
+def test_a_group_jit_cache_stays_the_groups_after_an_unprivileged_run(run_module, tree, tmp_path):
+    open_to_others(tmp_path)
+    cache = tmp_path / "jit"
+    for name in ("cache", "tmp"):
+        (cache / name).mkdir(parents=True)
+        os.chown(str(cache / name), 0, 100)
+        os.chmod(str(cache / name), 0o2775)
+    env = dict(_env(tree), EP_JIT_CACHE_DIR=str(cache))
+    result, failed = bench(run_module, tree, tmp_path, python=SYSTEM_PYTHON, test="jit_warmup", num_processes=1,
+                           environment=env, extra_args=["--skip-check", "--skip-perf-test"],
+                           jit_cache_dir=str(cache), run_as=BUILD_USER)
+    assert not failed, result
+    for name in ("cache", "tmp"):
+        info = os.stat(str(cache / name))
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 100, 0o2775)
+    kernels = [os.path.join(str(cache / "cache"), name) for name in os.listdir(str(cache / "cache"))]
+    assert kernels and all(os.stat(path).st_uid == 0 for path in kernels)
+
+
+def test_a_missing_test_user_is_refused_before_anything_runs(run_module, tree, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the user is looked up only as root")
+    result, failed = bench(run_module, tree, tmp_path, run_as="no-such-user-here")
+    assert failed and result["msg"].startswith("run_as: there is no user no-such-user-here on this node")
+    assert not (tmp_path / "logs" / "test.log").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import render_lines
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor as module
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.cxx_objects import build_extension
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
 
@@ -41,7 +43,9 @@ def node(tmp_path, machine=machines.gcp_b200, registry_dwords="", conf=True):
 
 
 def doctor(run_module, args, **extra):
-    args = dict(args, **extra)
+    # The fixture interpreters write into pytest's 0700 directories: probed as root here (the unprivileged probe
+    # has its own tests, test_torch_stack_info's and the one below).
+    args = dict(dict(probe_user=""), **dict(args, **extra))
     result, failed = run_module(module, args)
     assert not failed, result
     assert result["changed"] is False
@@ -180,3 +184,17 @@ def test_v2_build_with_its_own_libstdcxx_and_a_persisted_nccl_root(run_module, t
     write(src / "deep_ep" / "envs.py", "persistent_envs = dict()\n")
     result, by_id = doctor(run_module, args)
     assert by_id["CXXRT"]["status"] == "ok" and by_id["KF37"]["status"] != "problem"
+
+
+def test_the_interpreter_probe_runs_as_the_build_user_never_root(run_module, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("runs the probe as another user: needs root")
+    open_to_others(tmp_path)
+    args = node(tmp_path)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    os.chmod(str(seen), 0o1777)
+    python = tmp_path / "python"
+    write(python, "#!/bin/sh\nid -u > %s/$$\necho '{\"error\": null}'\n" % seen, 0o755)
+    doctor(run_module, args, python=str(python), probe_user="no-such-build-user")
+    assert {(seen / name).read_text().strip() for name in os.listdir(str(seen))} == {str(pwd.getpwnam("nobody").pw_uid)}

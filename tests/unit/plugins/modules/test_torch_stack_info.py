@@ -1,7 +1,13 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
+import os
+import pwd
+
+import pytest
+
 from ansible_collections.moe_infra.deepep.plugins.modules import torch_stack_info as module
+from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
 
 
@@ -99,3 +105,28 @@ def test_answers_from_the_cache_until_the_interpreter_changes(run_module, tmp_pa
     (tree / "deep_ep_cpp.so").write_text("")
     rebuilt, dummy = run_module(module, dict(args, pythonpath=[str(tree)]))
     assert rebuilt["cached"] is False and probes() == 10
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one another user may run (pytest's may live under root's 0700 home)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="runs the probe as another user: needs root and %s" % SYSTEM_PYTHON)
+def test_code_on_a_builds_path_never_runs_as_root(run_module, tmp_path):
+    """A build's tree on PYTHONPATH with a planted sitecustomize.py (what a hostile build could leave): with run_as
+    every interpreter the probe starts runs as that user; a user not there yet is replaced by nobody."""
+    open_to_others(tmp_path)
+    python = make_python_site(tmp_path / "venv", interpreter=SYSTEM_PYTHON)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    os.chmod(str(seen), 0o1777)
+    build = tmp_path / "build" / "src"
+    build.mkdir(parents=True)
+    (build / "sitecustomize.py").write_text(
+        "import os\nopen(os.path.join(%r, str(os.getpid())), 'w').write(str(os.getuid()))\n" % str(seen))
+    for user in (BUILD_USER, "no-such-build-user"):
+        result, failed = run_module(module, {"python": python, "pythonpath": [str(build)], "run_as": user})
+        assert not failed, result
+        uids = {(seen / name).read_text() for name in os.listdir(str(seen))}
+        assert uids == {str(pwd.getpwnam("nobody").pw_uid)}, uids
+        assert result["deep_ep"]["importable"] is False

@@ -1,0 +1,208 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""What runs a build's output without giving it root: a command run as an unprivileged user (no supplementary
+groups, its own process group, everything it leaves ended afterwards), and trees handed between that user and root
+without following a link the user could have planted."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import kill_group, process_start
+
+SAFE_MODE_MASK = ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH) & 0o7777
+# A tree shared with a group (setgid directories, group-writable) keeps those two; nothing else changes.
+GROUP_MODE_MASK = SAFE_MODE_MASK | stat.S_ISGID | stat.S_IWGRP
+
+
+def _own(fd, uid, gid, mask):
+    os.fchown(fd, uid, gid)
+    if mask is not None:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & ~mask:
+            os.fchmod(fd, mode & mask)
+
+
+def _own_tree(dir_fd, uid, gid, mask):
+    for name in os.listdir(dir_fd):
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        elif stat.S_ISDIR(info.st_mode):
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                _own(sub, uid, gid, mask)
+                _own_tree(sub, uid, gid, mask)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(info.st_mode):
+            handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            try:
+                _own(handle, uid, gid, mask & ~stat.S_ISGID if mask is not None else None)
+            finally:
+                os.close(handle)
+        elif mask is not None:
+            os.unlink(name, dir_fd=dir_fd)  # a FIFO or socket left behind
+        else:
+            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def chown_tree(path, uid, gid, sanitize=False, group_shared=False):
+    """Give the tree to uid:gid without following a link: each directory is opened with O_NOFOLLOW relative to
+    its parent's descriptor, so a directory swapped for a symlink is never entered. sanitize (the hand-back
+    to root): no write bit for group and others, no setuid/setgid/sticky bit, and FIFOs and sockets (nothing a
+    build installs) removed; group_shared keeps group write and setgid directories."""
+    mask = (GROUP_MODE_MASK if group_shared else SAFE_MODE_MASK) if sanitize else None
+    top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        _own(top, uid, gid, mask)
+        _own_tree(top, uid, gid, mask)
+    finally:
+        os.close(top)
+
+
+@contextlib.contextmanager
+def lend_tree(paths, account):
+    """The directories of paths (those that are directories, not links) are account's while the block runs, then
+    their owner's again, sanitized (see chown_tree; a setgid top keeps its group's write bits), each top with the
+    mode it had. Run the user's processes inside the block: they are ended before it returns."""
+    lent = []
+    try:
+        for path in paths:
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                continue
+            lent.append((path, info))
+            chown_tree(path, account.pw_uid, account.pw_gid)
+        yield [path for path, dummy in lent]
+    finally:
+        for path, info in lent:
+            chown_tree(path, info.st_uid, info.st_gid, sanitize=True, group_shared=bool(info.st_mode & stat.S_ISGID))
+            top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(top, stat.S_IMODE(info.st_mode))
+            finally:
+                os.close(top)
+
+
+def boot_ticks_now():
+    """Now, in the clock ticks since boot that /proc/<pid>/stat counts process start times in (one tick early)."""
+    try:
+        with open("/proc/uptime") as handle:
+            return max(int(float(handle.read().split()[0]) * os.sysconf("SC_CLK_TCK")) - 1, 0)
+    except (OSError, ValueError):
+        return None
+
+
+def end_processes_of(uid, since, marker):
+    """SIGKILL every process of uid that started at or after since (clock ticks since boot) and carries this
+    step's marker in its environment: what a build step left, in its process group or escaped from it (setsid, a
+    double fork). The user's other processes (another component's build, older ones) are left alone."""
+    ended = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid:
+                continue
+            with open("/proc/%s/environ" % name, "rb") as handle:
+                if marker.encode() not in handle.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        started = process_start(int(name))
+        if started is not None and since is not None and int(started) >= int(since):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                ended.append(int(name))
+            except OSError:
+                pass
+    return ended
+
+
+def account_of(user):
+    """The pwd entry of user; KeyError when the node has no such user."""
+    return pwd.getpwnam(user)
+
+
+def demoted(uid, gid):
+    """A preexec function: the child becomes uid:gid with no supplementary group. Its locked-memory limit is
+    raised first where root may (RDMA registrations need it, as the jobs' limits.conf gives them); root's
+    CAP_IPC_LOCK is what let the tests do without before."""
+    def become():  # pragma: no cover (the child)
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        except (ValueError, OSError):
+            pass
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    return become
+
+
+def run_as(account, argv, cwd, env, scratch_home=False):
+    """(rc, stdout, stderr) of argv run as account (a pwd entry) in a process group of its own, from cwd, with env
+    over this process's environment (USER, LOGNAME and HOME the account's; with scratch_home a fresh HOME of its
+    own, removed afterwards). Whatever it leaves running, also what left its process group, is ended before this
+    returns: nothing of it runs on while root reads or hands back what it wrote."""
+    full = dict(os.environ)
+    full.update(env)
+    full.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=account.pw_dir)
+    marker = "%d.%d" % (os.getpid(), time.time() * 1e6)
+    full["MOE_INFRA_RUN_AS"] = marker
+    home = None
+    if scratch_home:
+        home = tempfile.mkdtemp(prefix="moe-infra-home.")
+        os.chown(home, account.pw_uid, account.pw_gid)
+        full["HOME"] = home
+    began = boot_ticks_now()
+    # Output to files, not pipes: a process the command leaves behind keeps a pipe open, not the wait.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True, preexec_fn=demoted(account.pw_uid, account.pw_gid))
+        except OSError as exc:  # an interpreter that user may not run
+            if home:
+                shutil.rmtree(home, ignore_errors=True)
+            return 126, "", "as %s: %s" % (account.pw_name, exc)
+        try:
+            proc.wait()
+        finally:
+            kill_group(proc.pid)
+            proc.wait()
+            end_processes_of(account.pw_uid, began, "MOE_INFRA_RUN_AS=" + marker)
+            if home:
+                shutil.rmtree(home, ignore_errors=True)
+        out.seek(0)
+        err.seek(0)
+        out_text, err_text = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+    rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return rc, out_text, err_text
+
+
+FALLBACK_USER = "nobody"
+
+
+def probe_account(user):
+    """Whom a probe of a build's interpreter runs as: None (as this process) without user or when not root, else
+    user's pwd entry, or nobody's where user is not on the node yet (a build user before the first build).
+    KeyError when neither is."""
+    if not user or os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(user)
+    except KeyError:
+        return pwd.getpwnam(FALLBACK_USER)
