@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import instance_profile
+from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import TEMPLATE_METADATA_KEYS, instance_profile
 
 
-def gcp_instance_profile(hostvars):
+def gcp_instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
     """A provisioned instance's host variables (google.cloud.gcp_compute, vars_prefix gcp_) -> the bake's
-    defaults."""
+    defaults; of its metadata only the keys in metadata_keys."""
     if not isinstance(hostvars, dict) and not hasattr(hostvars, "get"):
         raise AnsibleFilterError("gcp_instance_profile: want a host's variables, got %r" % (hostvars,))
     return instance_profile(dict((key, hostvars.get(key)) for key in (
         "gcp_name", "gcp_project", "gcp_zone", "gcp_metadata", "gcp_networkInterfaces", "gcp_serviceAccounts",
-        "gcp_scheduling", "gcp_disks", "gcp_machineType", "gcp_guestAccelerators", "gcp_labels")))
+        "gcp_scheduling", "gcp_disks", "gcp_machineType", "gcp_guestAccelerators", "gcp_labels")),
+        tuple(metadata_keys or ()))
 
 
 class FilterModule(object):

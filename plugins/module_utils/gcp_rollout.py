@@ -178,6 +178,13 @@ def same_resource(left, right):
     return bool(left) and tail(left) == tail(right)
 
 
+def differing(existing, wanted):
+    """The names of the template properties that differ from the request (values not shown: metadata may hold
+    keys and scripts)."""
+    existing = existing or {}
+    return sorted(key for key, value in wanted.items() if not covers(existing.get(key), value))
+
+
 def covers(existing, wanted):
     """Whether a resource GCP returns holds everything a request asked for: GCP adds fields (kind, names,
     fingerprints) and writes links in full, so equality would call every existing template different."""
@@ -193,12 +200,17 @@ def covers(existing, wanted):
 
 # What the MIG sets on its instances: never copied into a template.
 MIG_METADATA = ("instance-template", "created-by")
+# The instance metadata a template copies by default: settings of Google's agents, nothing that grants a login
+# (ssh-keys, enable-oslogin overrides) or runs code (startup-script, user-data) on every instance of the group.
+TEMPLATE_METADATA_KEYS = ("google-logging-enable", "google-monitoring-enable", "enable-guest-attributes",
+                          "enable-osconfig")
 
 
-def instance_profile(hostvars):
+def instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
     """The bake's defaults from a provisioned instance's host variables (google.cloud.gcp_compute with
     vars_prefix gcp_): its project, zone, MIG, machine type, interfaces, accelerators, scheduling, service
-    account, labels and metadata. Empty values where the host is not from that inventory."""
+    account, labels and the metadata named in metadata_keys (metadata_left_out: the names of the others, never
+    their values). Empty values where the host is not from that inventory."""
     hv = hostvars or {}
     metadata = hv.get("gcp_metadata") or {}
     if "items" in metadata:  # the API's form; the inventory plugin flattens it to key: value
@@ -226,6 +238,8 @@ def instance_profile(hostvars):
         "service_account": {"email": accounts[0].get("email", ""), "scopes": accounts[0].get("scopes") or []}
         if accounts else {"email": "", "scopes": []},
         "labels": dict(hv.get("gcp_labels") or {}),
-        "metadata": dict((k, v) for k, v in metadata.items() if k not in MIG_METADATA + ("kind", "fingerprint")),
+        "metadata": dict((k, v) for k, v in metadata.items() if k in metadata_keys and k not in MIG_METADATA),
+        "metadata_left_out": sorted(k for k in metadata if k not in metadata_keys
+                                    and k not in MIG_METADATA + ("kind", "fingerprint")),
         "boot_disk_size_gb": int((boot[0].get("diskSizeGb") if boot else 0) or 0),
     }

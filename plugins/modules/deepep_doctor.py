@@ -88,7 +88,7 @@ options:
     default: ""
   probe_user:
     description:
-      - Who runs the interpreter probe (it imports the build's C(deep_ep) from the env script's C(PYTHONPATH)): this
+      - Who runs the interpreter probe (it imports the build's C(deep_ep) from the env script's C(PYTHONPATH)) - this
         unprivileged user (the build user), or C(nobody) where it is not on the node, never root. Empty runs it as
         the module's user.
     type: str

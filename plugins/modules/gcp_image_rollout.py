@@ -133,7 +133,9 @@ options:
         type: dict
         default: {}
       metadata:
-        description: The instances' metadata.
+        description:
+          - The instances' metadata (the role copies only an allow-list of the source instance's). Never printed,
+            also not when an existing template differs.
         type: dict
         default: {}
   target_size:
@@ -238,7 +240,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import (
-    STEPS, covers, image_body, problems, same_resource, template_body)
+    STEPS, covers, differing, image_body, problems, same_resource, template_body)
 
 try:
     from ansible_collections.google.cloud.plugins.module_utils.gcp_utils import GcpSession
@@ -373,10 +375,12 @@ def run(module, compute):
             existing = compute.get(template_path, allow_missing=True)
             if existing is not None:
                 if not covers(existing.get("properties"), wanted["properties"]):
-                    module.fail_json(msg="instance template %s exists with other properties (templates cannot "
-                                         "change): set %s to a new name" % (p["template"]["name"],
-                                                                            p["variables"].get("template_name", "template.name")),
-                                     existing=existing.get("properties"), wanted=wanted["properties"])
+                    # Names only: the metadata may hold keys and scripts.
+                    differs = differing(existing.get("properties"), wanted["properties"])
+                    module.fail_json(msg="instance template %s exists with other %s (templates cannot change): set "
+                                         "%s to a new name" % (p["template"]["name"], ", ".join(differs),
+                                                               p["variables"].get("template_name", "template.name")),
+                                     differs=differs)
                 done[step] = "exists: %s" % p["template"]["name"]
                 result["template"] = existing["selfLink"]
                 continue
@@ -429,7 +433,7 @@ def main():
             on_host_maintenance=dict(type="str", choices=["TERMINATE", "MIGRATE"], default="TERMINATE"),
             automatic_restart=dict(type="bool", default=True),
             service_account=dict(type="dict", default={}),
-            labels=dict(type="dict", default={}), metadata=dict(type="dict", default={}))),
+            labels=dict(type="dict", default={}), metadata=dict(type="dict", default={}, no_log=True))),
         target_size=dict(type="int"),
         operation_timeout=dict(type="int", default=1800),
         request_retries=dict(type="int", default=3),

@@ -101,6 +101,10 @@ def test_check_mode_asks_and_changes_nothing_then_the_bake_then_a_rerun_changes_
     nics = template["networkInterfaces"]
     assert [n["nicType"] for n in nics] == ["GVNIC"] * 2 + ["MRDMA"] * 8
     assert not any("accessConfigs" in n for n in nics)
+    # The source instance's ssh-keys, startup script and OS Login override are not given to the group, nor printed.
+    assert template["metadata"] == {"items": [{"key": "google-logging-enable", "value": "true"}]}
+    for secret in ("FixtureOperatorKeyDoNotCopy", "fixture-startup-script-do-not-copy"):
+        assert secret not in json.dumps(requests_made(state)) and secret not in out
     assert posts["setInstanceTemplate"]["body"] == {"instanceTemplate": "projects/my-project/global/instanceTemplates/deepep-b200-20261124"}
     # The group gets back the size it had before the node left it.
     assert posts["resize"]["query"] == {"size": ["1"]}
@@ -116,6 +120,10 @@ def test_check_mode_asks_and_changes_nothing_then_the_bake_then_a_rerun_changes_
     rc, out = bake(env, "-e", '{"gcp_image_network_interfaces": [{"network": "default", "nic_type": "GVNIC"}]}')
     assert rc != 0 and "set gcp_image_template_name to a new name" in out, out
     assert changes(state)[6:] == []
+    # Other metadata is refused the same way, named, its values never printed (the template's nor the request's).
+    rc, out = bake(env, "-e", '{"gcp_image_metadata": {"ssh-keys": "root:ssh-ed25519 AAAA-template-secret"}}', "-v")
+    assert rc != 0 and "exists with other metadata (templates cannot change)" in out, out
+    assert "AAAA-template-secret" not in out
 
 
 def test_bad_settings_are_refused_before_any_request(api):

@@ -9,7 +9,7 @@ import json
 import os
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import (
-    covers, image_body, instance_profile, problems, template_body)
+    covers, differing, image_body, instance_profile, problems, template_body)
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "gcp", "aggregated_instances.json")
 
@@ -59,8 +59,19 @@ def test_profile_of_an_a4_instance():
     assert [n["nic_type"] for n in profile["network_interfaces"]] == ["GVNIC"] * 2 + ["MRDMA"] * 8
     assert [n["subnetwork"] for n in profile["network_interfaces"][2:]] == ["a4-rdma-%d" % i for i in range(8)]
     assert profile["accelerators"] == [{"type": "nvidia-b200", "count": 8}]
-    # What the MIG sets itself is never copied into a template.
-    assert profile["metadata"] == {} and profile["labels"] == {"deepep": "b200"}
+    # Of the metadata only Google's agent settings: not what the MIG sets itself, not the operator's ssh-keys, the
+    # startup script or the OS Login override (they would reach every instance of the group); their names are said.
+    assert profile["metadata"] == {"google-logging-enable": "true"} and profile["labels"] == {"deepep": "b200"}
+    assert profile["metadata_left_out"] == ["enable-oslogin", "ssh-keys", "startup-script"]
+    wider = instance_profile(inventory_vars(), metadata_keys=("google-logging-enable", "enable-oslogin"))
+    assert wider["metadata"] == {"google-logging-enable": "true", "enable-oslogin": "FALSE"}
+
+
+def test_a_differing_template_is_named_by_its_properties_never_its_values():
+    wanted = template_body(settings(**{"template.metadata": {"ssh-keys": "root:ssh-ed25519 AAAA-secret"}}))["properties"]
+    existing = dict(wanted, metadata={"items": [{"key": "ssh-keys", "value": "root:ssh-ed25519 BBBB-other"}]})
+    assert not covers(existing, wanted)
+    assert differing(existing, wanted) == ["metadata"]
 
 
 def test_profile_of_a_static_host_is_empty():

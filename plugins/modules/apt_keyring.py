@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: apt_keyring
+short_description: Put an apt repository's signing key in place only when its fingerprints are the pinned ones
+version_added: "0.9.0"
+description:
+  - apt trusts every key of the file a source's C(signed-by) names. This module fetches that file from O(url) (binary
+    like DOCA's C(doca_keyring.gpg) or ASCII-armored like CUDA's C(3bf863cc.pub)), reads the fingerprints of its
+    primary keys without gpg, and writes it to O(dest) (ASCII-armored, as apt reads a C(.asc) file) only when every
+    one of them is in O(fingerprints). Anything else is refused and nothing is written.
+  - A O(dest) already in place is read again on every run. One whose keys are all pinned stays as it is (nothing is
+    fetched); one that holds another key (a key the repository's host served before a rotation, a file changed
+    since) is fetched again and replaced, or refused as above.
+  - Without O(url), only checks O(dest) (the keyring a source the module did not write names, e.g. NVIDIA's
+    C(cuda-keyring) package's) and fails when it holds a key not pinned.
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  dest:
+    description: The keyring file apt's C(signed-by) names.
+    type: path
+    required: true
+  url:
+    description: Where the key is published (C(https://), C(file://)); empty only checks O(dest).
+    type: str
+    default: ""
+  fingerprints:
+    description:
+      - The fingerprints (40 hex digits for v4 keys, 64 for v6; spaces and case do not matter) of the keys this
+        repository may be signed with. Every primary key of the file must be one of them.
+    type: list
+    elements: str
+    required: true
+  hint:
+    description: What the operator should set when the key is refused (the role's variable names), added to the message.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds for the download.
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: In check mode the key is fetched and checked, nothing is written.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: The DOCA repository's key, pinned
+  moe_infra.deepep.apt_keyring:
+    url: https://linux.mellanox.com/public/repo/doca/3.2.1/ubuntu24.04/x86_64/doca_keyring.gpg
+    dest: /etc/apt/keyrings/doca.asc
+    fingerprints: [70454E6BF5D9C2D3B78709E8DC726C5E41B9CC50]
+
+- name: Check the keyring NVIDIA's cuda-keyring package put in place
+  moe_infra.deepep.apt_keyring:
+    dest: /usr/share/keyrings/cuda-archive-keyring.gpg
+    fingerprints: [EB693B3035CD5710E231E123A4B469963BF863CC]
+"""
+
+RETURN = r"""
+fingerprints:
+  description: The primary keys' fingerprints of the keyring now at O(dest) (or that would be, in check mode).
+  returned: success
+  type: list
+  elements: str
+fetched:
+  description: Whether O(url) was read (O(dest) was missing or held a key not pinned).
+  returned: always
+  type: bool
+unpinned:
+  description: Fingerprints found that are not in O(fingerprints).
+  returned: on failure
+  type: list
+  elements: str
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.openpgp import (
+    KeyringError,
+    armor,
+    dearmor,
+    normalize,
+    primary_fingerprints,
+)
+
+
+def read_keys(data):
+    """(fingerprints, error)."""
+    try:
+        return primary_fingerprints(data), None
+    except KeyringError as exc:
+        return [], str(exc)
+    except IndexError:
+        return [], "a truncated packet"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            url=dict(type="str", default=""),
+            fingerprints=dict(type="list", elements="str", required=True),
+            hint=dict(type="str", default=""),
+            timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    pins = set(normalize(value) for value in p["fingerprints"])
+    bad = sorted(value for value in pins if len(value) not in (40, 64) or any(c not in "0123456789ABCDEF" for c in value))
+    if not pins or bad:
+        module.fail_json(msg="fingerprints: %s; give the full fingerprints (40 hex digits) of the keys the repository "
+                             "is signed with" % (", ".join(bad) if bad else "empty"), fetched=False)
+    hint = (" " + p["hint"]) if p["hint"] else ""
+
+    current = None
+    if os.path.lexists(p["dest"]):
+        with open(p["dest"], "rb") as handle:
+            current = handle.read()
+        found, error = read_keys(current)
+        if not error and set(found) <= pins:
+            module.exit_json(changed=False, fetched=False, fingerprints=found,
+                             msg="%s holds only pinned keys" % p["dest"])
+        if not p["url"]:
+            module.fail_json(msg="%s: %s; apt would trust %s for this repository, which is not among the pinned "
+                                 "fingerprints %s.%s" % (p["dest"], error or "holds a key not pinned",
+                                                         ", ".join(found) or "nothing", ", ".join(sorted(pins)), hint),
+                             fetched=False, unpinned=sorted(set(found) - pins))
+    elif not p["url"]:
+        module.fail_json(msg="%s does not exist; nothing to check" % p["dest"], fetched=False)
+
+    try:
+        response = open_url(p["url"], timeout=p["timeout"], follow_redirects="safe")
+        data = response.read()
+    except Exception as exc:  # pylint: disable=broad-except
+        module.fail_json(msg="could not fetch the repository key %s: %s%s" % (p["url"], exc, hint), fetched=False)
+    found, error = read_keys(data)
+    if error:
+        module.fail_json(msg="%s is not a public key: %s; nothing was written.%s" % (p["url"], error, hint),
+                         fetched=True)
+    unpinned = sorted(set(found) - pins)
+    if unpinned:
+        module.fail_json(msg="%s holds %s, not among the pinned fingerprints %s; apt would trust it for this "
+                             "repository, so it was not written.%s" % (p["url"], ", ".join(unpinned),
+                                                                      ", ".join(sorted(pins)), hint),
+                         fetched=True, unpinned=unpinned, fingerprints=found)
+    armored = armor(dearmor(data))
+    changed = armored != current
+    if changed and not module.check_mode:
+        directory = os.path.dirname(p["dest"]) or "."
+        handle, tmp = tempfile.mkstemp(dir=directory, prefix=".keyring.")
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(armored)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, p["dest"])
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    module.exit_json(changed=changed, fetched=True, fingerprints=found,
+                     msg="%s %s from %s (%s)" % ("would write" if module.check_mode else "wrote", p["dest"],
+                                                 p["url"], ", ".join(found)) if changed else "%s unchanged" % p["dest"])
+
+
+if __name__ == "__main__":
+    main()
