@@ -568,6 +568,27 @@ def memlock(ev):
     return PROBLEM, "ulimit -l %d KiB: RDMA memory registration fails" % (limit // 1024)
 
 
+def python_tarfile(ev):
+    """The modules' interpreter unpacks sources and cached builds: as root only with tarfile's data filter."""
+    tar = ev.get("tarfile")
+    if not tar:
+        return UNKNOWN, "the modules' Python was not read"
+    build_user = ev.get("build_user") or ""
+    if not tar["data_filter"]:
+        if not build_user:
+            return PROBLEM, ("Python %s has no tarfile data filter and no build user is set: root would unpack "
+                             "archives unfiltered, so every unpack is refused" % tar["python"])
+        return OK, ("Python %s has no tarfile data filter: archives are unpacked as %s, with the collection's own "
+                    "checks" % (tar["python"], build_user))
+    if not tar["fixes_2025"]:
+        if not build_user:
+            return PROBLEM, ("Python %s has tarfile's data filter without its June 2025 fixes, and root unpacks "
+                             "the archives (no build user)" % tar["python"])
+        return OK, ("Python %s lacks the June 2025 tarfile fixes: archives are unpacked as %s"
+                    % (tar["python"], build_user))
+    return OK, "Python %s: tarfile data filter with the June 2025 fixes" % tar["python"]
+
+
 def gpus_present(ev):
     count = ev.get("gpu_count") or 0
     if count:
@@ -678,6 +699,10 @@ CHECKS = [
           "directories first", STATE, logs=[r"Corrupted JIT cache directory"], state=jit_cache),
     Check("MEMLOCK", "locked-memory limit (ulimit -l) below unlimited",
           "LimitMEMLOCK=infinity / memlock unlimited in limits.conf", STATE, state=memlock),
+    Check("PYTAR", "the modules' Python cannot unpack untrusted archives as root",
+          "Python 3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 or later (or the distribution's patched build: apt-get "
+          "install --only-upgrade python3) as ansible_python_interpreter, or keep a build user (deepep_build_user)",
+          STATE, state=python_tarfile, preflight=True),
     Check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE, state=gpus_present),
 ]
 

@@ -1,18 +1,25 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Extract a tar archive as root without trusting it: Python's 'data' extraction filter where this Python has it
-(3.8.17, 3.9.17, 3.10.12, 3.11.4, 3.12 and later), else the same rules checked here, for the Pythons without it
-(Debian 12's 3.11.2 among them). Either way a member that would land outside the destination (an absolute path,
-'..', a link whose target leaves it), a device or a FIFO refuses the whole archive before anything is written;
-setuid, setgid and sticky bits and write bits for group and others are dropped, and the files belong to the
-extracting user, not to the owner the archive names."""
+"""Extract a tar archive without trusting it. As root only with Python's 'data' extraction filter (3.8.17, 3.9.17,
+3.10.12, 3.11.4, 3.12 and later; its June 2025 fixes came in 3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4, and preflight
+says when they are missing) together with the checks below: without the filter root extracts nothing (fail
+closed). Given an unprivileged account (the build user), the extraction runs in a child process as that user, into
+a directory it owns, with the data filter where this Python has it, else the same rules checked here
+(Debian 12's 3.11.2 has no filter); the tree is then handed to root without following a link. Either way a member
+that would land outside the destination (an absolute path, '..', a link whose target leaves it), a device or a
+FIFO refuses the whole archive; setuid, setgid and sticky bits and write bits for group and others are dropped, and
+the files belong to the extracting user, not to the owner the archive names."""
 
 from __future__ import annotations
 
+import errno
 import os
+import platform
 import stat
 import tarfile
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import chown_tree
 
 # What the data filter keeps of a mode: no setuid, setgid or sticky bit, no write bit for group or others.
 KEPT_BITS = 0o755
@@ -61,9 +68,74 @@ def checked_members(tar, dest):
     return members
 
 
-def extract_all(tar, dest):
-    """Extract tar into dest under the rules above."""
-    if hasattr(tarfile, "data_filter"):
-        tar.extractall(dest, filter="data")
+MINIMUM_PYTHON = ("3.9.23, 3.10.18, 3.11.13, 3.12.11 or 3.13.4 (or a distribution's build with the June 2025 "
+                  "tarfile fixes)")
+
+
+class NoSafeExtraction(Exception):
+    """This Python cannot extract an untrusted archive as root."""
+
+
+def filter_problem():
+    """None when this Python's data filter is one root may rely on, else what it lacks."""
+    if not hasattr(tarfile, "data_filter"):
+        return "Python %s has no tarfile data filter" % platform.python_version()
+    # The 2025 fixes (CVE-2025-4517 and others) resolve links with os.path.realpath(strict=ALLOW_MISSING).
+    if not hasattr(os.path, "ALLOW_MISSING"):
+        return "Python %s has tarfile's data filter without its June 2025 fixes" % platform.python_version()
+    return None
+
+
+def extract_all(tar, dest, account=None):
+    """Extract tar into dest under the rules above; account: (uid, gid) to extract as, or None for this process's
+    user. NoSafeExtraction when that is root and this Python has no data filter (an unpatched one is used, with
+    this module's own checks too; preflight names the Pythons with the fixes)."""
+    if account is not None:
+        _extract_as(tar, dest, account[0], account[1])
+    elif hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, members=checked_members(tar, dest), filter="data")
+    elif os.geteuid() == 0:
+        raise NoSafeExtraction("%s: as root it extracts no archive. Run the modules with Python %s "
+                               "(ansible_python_interpreter), or keep a build user so that archives are unpacked as "
+                               "that user" % (filter_problem(), MINIMUM_PYTHON))
     else:
         tar.extractall(dest, members=checked_members(tar, dest))
+
+
+def _extract_as(tar, dest, uid, gid):
+    os.makedirs(dest, exist_ok=True)
+    os.chown(dest, uid, gid)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.close(read_end)
+        code, text = 0, ""
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:
+                tar.extractall(dest, members=checked_members(tar, dest))
+        except UNSAFE_ERRORS as exc:
+            code, text = 3, str(exc)
+        except OSError as exc:
+            code, text = (4 if exc.errno == errno.ENOSPC else 5), str(exc)
+        except BaseException as exc:  # pylint: disable=broad-except
+            code, text = 5, str(exc) or type(exc).__name__
+        os.write(write_end, text.encode("utf-8", "replace")[:4000])
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        text = reader.read().decode("utf-8", "replace")
+    status = os.waitpid(pid, 0)[1]
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 5
+    if code == 3:
+        raise UnsafeMember(text)
+    if code == 4:
+        raise OSError(errno.ENOSPC, text)
+    if code:
+        raise tarfile.ReadError(text or "the extraction ended with status %d" % status)
+    # Root's again, without following a link the archive planted; no setuid bit, nothing writable by others.
+    chown_tree(dest, os.getuid(), os.getgid(), sanitize=True)

@@ -157,10 +157,9 @@ def main():
                          fetched=True)
     unpinned = sorted(set(found) - pins)
     if unpinned:
-        module.fail_json(msg="%s holds %s, not among the pinned fingerprints %s; apt would trust it for this "
-                             "repository, so it was not written.%s" % (p["url"], ", ".join(unpinned),
-                                                                      ", ".join(sorted(pins)), hint),
-                         fetched=True, unpinned=unpinned, fingerprints=found)
+        text = "%s holds %s, not among the pinned fingerprints %s; apt would trust it for this repository, so it " \
+               "was not written.%s" % (p["url"], ", ".join(unpinned), ", ".join(sorted(pins)), hint)
+        module.fail_json(msg=text, fetched=True, unpinned=unpinned, fingerprints=found)
     armored = armor(dearmor(data))
     changed = armored != current
     if changed and not module.check_mode:

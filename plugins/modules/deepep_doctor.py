@@ -169,9 +169,11 @@ evidence:
 import glob
 import json
 import os
+import platform
 import re
 import resource
 import socket
+import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import BY_ID, CHECKS, diagnose, summary
@@ -429,6 +431,10 @@ def gather(module, probe=True):
         "netdevs": list_dir(net),
         "bonded_hcas": bonded,
         "memlock_soft": -1 if memlock == resource.RLIM_INFINITY else memlock,
+        # The interpreter these modules run with unpacks every archive (source_build): its tarfile filter.
+        "tarfile": {"python": platform.python_version(), "data_filter": hasattr(tarfile, "data_filter"),
+                    "fixes_2025": hasattr(os.path, "ALLOW_MISSING")},
+        "build_user": p["probe_user"],
         "logs": read_logs(p["log_dirs"] or [os.path.join(prefix, "reports")]),
     }
     # The process's own capabilities and cgroup: always the real /proc, even with a fixture procfs_root.

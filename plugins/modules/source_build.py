@@ -366,7 +366,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock, describe, kill_group, process_start
 from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies, cxx_runtime_message
-from ansible_collections.moe_infra.deepep.plugins.module_utils.safe_tar import UNSAFE_ERRORS, extract_all
+from ansible_collections.moe_infra.deepep.plugins.module_utils.safe_tar import UNSAFE_ERRORS, NoSafeExtraction, extract_all
 from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import boot_ticks_now, chown_tree, end_processes_of
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
     changed_inputs,
@@ -531,10 +531,14 @@ class SourceBuild(object):
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    @staticmethod
-    def _extract_all(tar, dest):
-        # Never as the archive says: no path out of dest, no device, no setuid bit, no foreign owner.
-        extract_all(tar, dest)
+    def _extract_all(self, tar, dest):
+        # Never as the archive says: no path out of dest, no device, no setuid bit, no foreign owner; as the build
+        # user where there is one (then an escape could reach only what that user can write).
+        account = self.build_account()
+        try:
+            extract_all(tar, dest, account[:2] if account else None)
+        except NoSafeExtraction as exc:
+            self.fail("%s; nothing was extracted; %s" % (exc, self.kept()))
 
     # State --------------------------------------------------------------------------------------
 

@@ -57,7 +57,8 @@ BASE = {
                            "nvshmem_host_loaded": [NVSHMEM + "/lib/libnvshmem_host.so.3"]}},
     "want_gdrdrv": False, "nv_p2p_headers": [], "gdrdrv_dkms_installed": False,
     "netdevs": ["lo", "ens3"] + ["enp%ds0" % i for i in range(8)], "bonded_hcas": [],
-    "memlock_soft": -1, "logs": {}, "container": False, "container_markers": [], "cap_ipc_lock": False,
+    "memlock_soft": -1, "tarfile": {"python": "3.12.3", "data_filter": True, "fixes_2025": True},
+    "build_user": "deepep-build", "logs": {}, "container": False, "container_markers": [], "cap_ipc_lock": False,
     "cap_eff": "0000000000000000",
 }
 
@@ -150,6 +151,8 @@ TRIGGERS = {
     "KF35": lambda ev: ev.update(container=True, gdrdrv_dkms_installed=True),
     "KF36": all_of(no_hcas),
     "MEMLOCK": lambda ev: ev.update(memlock_soft=64 * 1024 * 1024),
+    # Debian 12's Python without a build user: root would unpack unfiltered.
+    "PYTAR": lambda ev: ev.update(build_user="", tarfile={"python": "3.11.2", "data_filter": False, "fixes_2025": False}),
     "KF37": all_of(lambda ev: ev.update(deepep_version="v2"), lambda ev: ev["python"]["torch"].update(nccl_libs=[
         "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2.30.7"])),
     "CXXRT": lambda ev: ev.update(deepep_cxx_runtime=[{"path": "deep_ep/_C.cpython-312-x86_64-linux-gnu.so",
@@ -189,7 +192,7 @@ def test_check_is_quiet_on_the_healthy_node(check_id):
 
 # Checks that say ok (not just "not a problem") on the healthy node.
 HEALTHY_OK = ["KF01", "KF02", "KF03", "KF04", "KF05", "KF06", "KF07", "KF08", "KF09", "KF11", "KF12", "KF14", "KF17",
-              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "GPUS"]
+              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "PYTAR", "GPUS"]
 
 
 @pytest.mark.parametrize("check_id", HEALTHY_OK)
@@ -398,7 +401,7 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|MEMLOCK|GPUS) \|", line)]
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|MEMLOCK|PYTAR|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 
@@ -429,3 +432,13 @@ def test_nvshmem_not_installed_yet():
     assert status_of("KF15", evidence(fresh))["status"] == "not_applicable"
     finding = status_of("KF24", evidence(all_of(fresh, rocep, env(NVSHMEM_HCA_PREFIX=None))))
     assert finding["status"] == "not_applicable" and "no NVSHMEM installed here yet" in finding["evidence"]
+
+
+def test_pytar_unpacks_as_the_build_user_without_a_filter_and_names_the_fixed_pythons():
+    ev = evidence(lambda e: e.update(tarfile={"python": "3.11.2", "data_filter": False, "fixes_2025": False}))
+    finding = status_of("PYTAR", ev)
+    assert finding["status"] == "ok" and "unpacked as deepep-build" in finding["evidence"]
+    ev = evidence(lambda e: e.update(build_user="", tarfile={"python": "3.11.7", "data_filter": True, "fixes_2025": False}))
+    finding = status_of("PYTAR", ev)
+    assert finding["status"] == "problem" and "without its June 2025 fixes" in finding["evidence"]
+    assert "3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4" in finding["fix"]

@@ -121,7 +121,7 @@ def test_container_markers_and_gdrdrv_package(run_module, tmp_path):
 def test_preflight_only_runs_what_no_layer_fixes(run_module, tmp_path):
     args = node(tmp_path)
     result, by_id = doctor(run_module, args, preflight_only=True, gdrcopy_kernel_module=True)
-    assert sorted(by_id) == ["KF10", "KF30", "KF33", "KF35"]
+    assert sorted(by_id) == ["KF10", "KF30", "KF33", "KF35", "PYTAR"]
     assert by_id["KF10"]["status"] == "problem"  # gdrdrv wanted, no nv-p2p.h under <root>/usr/src
 
 

@@ -641,10 +641,13 @@ def test_a_cached_artifact_with_its_own_cxx_runtime_is_refused(run_module, src, 
 
 @pytest.mark.parametrize("filtered", [True, False])
 def test_a_source_archive_with_a_link_out_of_the_tree_is_refused(run_module, src, tmp_path, monkeypatch, filtered):
-    # filtered False: a Python without tarfile.data_filter (Debian 12's 3.11.2), where the collection checks
-    # each member itself.
+    # filtered False: a Python without tarfile.data_filter (Debian 12's 3.11.2), where the archive is unpacked as the
+    # build user and the collection checks each member itself (as root it would refuse to extract at all).
+    extra = {}
     if not filtered:
         monkeypatch.delattr(tarfile, "data_filter", raising=False)
+        open_to_others(tmp_path)
+        extra = dict(build_user=BUILD_USER)
     elif not hasattr(tarfile, "data_filter"):
         pytest.skip("this Python has no tarfile.data_filter")
     hostile = tmp_path / "demo.tar.gz"
@@ -653,8 +656,24 @@ def test_a_source_archive_with_a_link_out_of_the_tree_is_refused(run_module, src
         link = tarfile.TarInfo("demo/etc")
         link.type, link.linkname = tarfile.SYMTYPE, "../../../../../../etc"
         tar.addfile(link)
-    failed = build(run_module, hostile, tmp_path / "opt", expect_fail=True)
+    failed = build(run_module, hostile, tmp_path / "opt", expect_fail=True, **extra)
     assert failed["msg"].startswith("the source archive %s holds a member that would not stay in the build "
                                     "directory (" % hostile), failed["msg"]
     assert "nothing was extracted from it" in failed["msg"] and failed["unsafe"] == str(hostile)
     assert not (tmp_path / "opt" / "current").exists()
+
+
+def test_without_the_data_filter_root_extracts_nothing_and_says_which_python(run_module, src, tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("the refusal is root's")
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    archive = tmp_path / "demo.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(src), arcname="demo")
+    failed = build(run_module, archive, tmp_path / "opt", expect_fail=True)
+    assert "has no tarfile data filter: as root it extracts no archive" in failed["msg"], failed["msg"]
+    assert "keep a build user" in failed["msg"] and not (tmp_path / "opt" / "current").exists()
+    # As the build user the same archive is unpacked (with the collection's own checks) and built.
+    open_to_others(tmp_path)
+    built = build(run_module, archive, tmp_path / "opt", build_user=BUILD_USER)
+    assert built["changed"] and (tmp_path / "opt" / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
