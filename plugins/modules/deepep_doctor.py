@@ -93,6 +93,12 @@ options:
         the module's user.
     type: str
     default: deepep-build
+  build_user:
+    description:
+      - The build user the layers unpack archives as (C(deepep_build_user)); empty when root unpacks them, which
+        needs this Python's tarfile data filter (C(PYTAR)).
+    type: str
+    default: deepep-build
   log_dirs:
     description: Directories whose C(*.log) files are matched against the known messages; empty for
       I(deepep_prefix)/reports.
@@ -434,7 +440,7 @@ def gather(module, probe=True):
         # The interpreter these modules run with unpacks every archive (source_build): its tarfile filter.
         "tarfile": {"python": platform.python_version(), "data_filter": hasattr(tarfile, "data_filter"),
                     "fixes_2025": hasattr(os.path, "ALLOW_MISSING")},
-        "build_user": p["probe_user"],
+        "build_user": p["build_user"],
         "logs": read_logs(p["log_dirs"] or [os.path.join(prefix, "reports")]),
     }
     # The process's own capabilities and cgroup: always the real /proc, even with a fixture procfs_root.
@@ -464,6 +470,7 @@ def main():
             python=dict(type="str", default=""),
             probe_cache_dir=dict(type="path", default=""),
             probe_user=dict(type="str", default="deepep-build"),
+            build_user=dict(type="str", default="deepep-build"),
             log_dirs=dict(type="list", elements="path", default=[]),
             gdrcopy_kernel_module=dict(type="bool", default=False),
             nvshmem_method=dict(type="str", default="wheel", choices=["wheel", "source"]),

@@ -92,6 +92,9 @@ def VARIABLES(node):  # noqa: N802  (a table, computed per node)
         # user). DeepEP's stand-in build runs this test environment's interpreter, which lives under /root where
         # no other user may go: it builds as root here (molecule/site builds it as the role's user).
         "gdrcopy_build_user": BUILD_USER, "nvshmem_ibgda_build_user": BUILD_USER, "deepep_build_user": "",
+        # For the same reason the interpreter is probed and DeepEP's stand-in tests run as root here (unit tests,
+        # molecule/site and the GPU runs do both unprivileged).
+        "deepep_test_user": "", "doctor_probe_user": "",
         # This machine is the test host: its packages are .ci/run's business (molecule/lifecycle installs them).
         "deepep_install_prerequisites": False,
     }

@@ -52,7 +52,9 @@ def run(cluster, *extra):
     result = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(cluster / "inventory.yml"),
          os.path.join(REPO, "playbooks", "internode.yml"), "-e",
-         "deepep_cluster_report_dir=%s" % (cluster / "cluster-report")] + list(extra),
+         "deepep_cluster_report_dir=%s" % (cluster / "cluster-report"),
+         # This environment's Python lives under /root: the fixture test runs as root here.
+         "-e", json.dumps({"deepep_test_user": ""})] + list(extra),
         env=env, capture_output=True, text=True, timeout=600, check=False)
     return result.returncode, result.stdout + result.stderr
 

@@ -30,7 +30,10 @@ def playbook(name, tmp_path, *extra, machine=None, registry=""):
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), os.path.join(REPO, "playbooks", name),
            "-e", "preflight_sysfs_root=%s preflight_procfs_root=%s preflight_modprobe_dir=%s deepep_cluster_report_dir=%s"
-           " deepep_probe_cache_dir=%s" % (sysfs, proc, modprobe, tmp_path / "report", tmp_path / "probes")] + list(extra)
+           " deepep_probe_cache_dir=%s" % (sysfs, proc, modprobe, tmp_path / "report", tmp_path / "probes"),
+           # The fixture interpreters run this test environment's Python, under /root where no other user may go:
+           # probed and tested as root here (unit tests, molecule/site and the GPU runs do it unprivileged).
+           "-e", json.dumps({"deepep_test_user": "", "doctor_probe_user": ""})] + list(extra)
     proc_result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc_result.returncode, proc_result.stdout + proc_result.stderr
 

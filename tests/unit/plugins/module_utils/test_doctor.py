@@ -440,5 +440,7 @@ def test_pytar_unpacks_as_the_build_user_without_a_filter_and_names_the_fixed_py
     assert finding["status"] == "ok" and "unpacked as deepep-build" in finding["evidence"]
     ev = evidence(lambda e: e.update(build_user="", tarfile={"python": "3.11.7", "data_filter": True, "fixes_2025": False}))
     finding = status_of("PYTAR", ev)
-    assert finding["status"] == "problem" and "without its June 2025 fixes" in finding["evidence"]
+    assert finding["status"] == "ok" and "without its June 2025 fixes" in finding["evidence"]
+    assert "3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 have them" in finding["evidence"]
+    finding = status_of("PYTAR", evidence(TRIGGERS["PYTAR"]))
     assert "3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4" in finding["fix"]
