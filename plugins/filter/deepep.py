@@ -110,13 +110,13 @@ def deepep_node_report(node, plan=None):
 
 
 def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False, ld_library_path="",
-               jit_cache_dir="", generation="v1", legacy_kernels=False):
+               jit_cache_dir="", generation="v1", legacy_kernels=False, gin="auto"):
     node = _check_node(node)
     if generation not in ("v1", "v2"):
         raise AnsibleFilterError("deepep_env: generation %r is not v1 or v2 (deepep_version)" % (generation,))
     try:
         result = build_env(node, pythonpath, ld_preload, extra, force_ibgda, ld_library_path, jit_cache_dir,
-                           generation, bool(legacy_kernels))
+                           generation, bool(legacy_kernels), gin)
     except EnvError as exc:
         raise AnsibleFilterError(str(exc))
     result["lines"] = render_lines(result)

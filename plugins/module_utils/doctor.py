@@ -480,6 +480,25 @@ def kf37(ev):
     return OK, "one NCCL: %s" % (libs[0] if libs else "none loaded by the import")
 
 
+def gin(ev):
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    if version != "v2":
+        return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
+    script = ev.get("env_script") or {}
+    if not script.get("exists"):
+        return NOT_APPLICABLE, "no env script at %s yet" % script.get("path")
+    disabled = str(_env(ev).get("EP_DISABLE_GIN", "0")) not in ("", "0")
+    if not _hcas(ev):
+        if disabled:
+            return OK, "no RDMA HCA: EP_DISABLE_GIN=%s (V2 within this node, over NVLink)" % _env(ev)["EP_DISABLE_GIN"]
+        return PROBLEM, ("no RDMA HCA, so NCCL has no Gin network, and EP_DISABLE_GIN is unset: an ElasticBuffer of "
+                         "more than one rank stops with 'NCCL GIN is unavailable'")
+    if disabled:
+        return OK, ("EP_DISABLE_GIN=%s with %d RDMA HCA(s): V2 runs without NCCL's Gin backend"
+                    % (_env(ev)["EP_DISABLE_GIN"], len(_hcas(ev))))
+    return OK, "NCCL's Gin backend over %d RDMA HCA(s)" % len(_hcas(ev))
+
+
 def cxx_runtime(ev):
     copies = ev.get("deepep_cxx_runtime")
     if copies is None:
@@ -674,7 +693,7 @@ CHECKS = [
           logs=[r"Fatal IPC Failure"], state=None, preflight=True),
     Check("KF31", "V2: ncclCommProperties undefined / ginType NONE",
           "NCCL >= 2.30.4 wheel (and DOCA libmlx5 MLX5_1.25), or deepep_version: v1", STATE,
-          logs=[r"ncclCommProperties.*undefined", r"ginType != NCCL_GIN_TYPE_NONE"], state=kf31),
+          logs=[r"ncclCommProperties.*undefined"], state=kf31),
     Check("KF32", "internode normal kernels need 8 GPUs per node", "8 GPUs per node for internode normal mode",
           STATE, logs=[r"num_ranks > NUM_MAX_NVL_PEERS or low_latency_mode"], state=kf32),
     Check("KF33", "hang after init on SR-IOV VFs", "use the physical functions", STATE, state=kf33,
@@ -688,6 +707,11 @@ CHECKS = [
     Check("KF37", "two NCCL runtimes in one process (DeepEP V2: Duplicate NCCL runtime)",
           "build DeepEP without EP_NCCL_ROOT_DIR and provide one NCCL where torch loads it (the nccl layer)", STATE,
           logs=[r"Duplicate NCCL runtime"], state=kf37),
+    Check("GIN", "DeepEP V2: NCCL GIN is unavailable (an ElasticBuffer of more than one rank)",
+          "without RDMA ports: EP_DISABLE_GIN=1 (deepep_gin: auto sets it there; V2 then runs within the node); with "
+          "them: NCCL >= 2.30.4 and DOCA's libmlx5 (KF31), NCCL_IB_HCA / NCCL_IB_GID_INDEX (the env script), or "
+          "allow_hybrid_mode=0 in a multi-plane network", STATE,
+          logs=[r"NCCL GIN is unavailable", r"ginType\)? != NCCL_GIN_TYPE_NONE"], state=gin),
     Check("CXXRT", "DeepEP's extension carries its own libstdc++ (V2's JIT crashes in std::regex)",
           "rebuild with a compiler whose libstdc++ is shared (deepep_cxx, e.g. /usr/bin/g++)", STATE,
           state=cxx_runtime),

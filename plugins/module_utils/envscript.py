@@ -42,10 +42,16 @@ def mapped_gid_index(node, variable="NVSHMEM_IB_GID_INDEX"):
     return values.pop() if values else None
 
 
+GIN_CHOICES = ("auto", "enabled", "disabled")
+
+
 def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld_library_path="", jit_cache_dir="",
-              generation="v1", legacy_kernels=False):
+              generation="v1", legacy_kernels=False, gin="auto"):
     """{env, path_env, jit_env, ibgda, notes} for the env script and the tests. generation v2: NCCL's settings for
-    its Gin backend; the NVSHMEM ones only with legacy_kernels (jobs that use V2's V1 kernels)."""
+    its Gin backend; the NVSHMEM ones only with legacy_kernels (jobs that use V2's V1 kernels). gin: auto turns
+    V2's Gin backend off (EP_DISABLE_GIN=1) where no RDMA port is mapped, disabled everywhere, enabled never."""
+    if gin not in GIN_CHOICES:
+        raise EnvError("gin: %r is not one of %s (deepep_gin)" % (gin, ", ".join(GIN_CHOICES)))
     env, path_env, jit_env, notes = {}, {}, {}, []
     mapping = node["topology"].get("mapping", [])
     nvshmem = generation != "v2" or legacy_kernels
@@ -63,6 +69,13 @@ def build_env(node, pythonpath, ld_preload="", extra=None, force_ibgda=False, ld
         gid = mapped_gid_index(node, "NCCL_IB_GID_INDEX")
         if gid is not None:
             env["NCCL_IB_GID_INDEX"] = str(gid)
+    if generation == "v2" and (gin == "disabled" or (gin == "auto" and not mapping)):
+        # Without an RDMA port NCCL reports no Gin support, and V2's ElasticBuffer with more than one rank stops
+        # with "NCCL GIN is unavailable"; EP_DISABLE_GIN=1 is DeepEP's documented fall-back (one node, NVLink).
+        env["EP_DISABLE_GIN"] = "1"
+        notes.append("DeepEP V2 without NCCL's Gin backend (EP_DISABLE_GIN=1): %s" % (
+            "deepep_gin: disabled" if gin == "disabled" else
+            "no usable RDMA port, so jobs stay within this node (NVLink)"))
     if ibgda:
         env.update({
             "NVSHMEM_REMOTE_TRANSPORT": "ibgda",

@@ -476,11 +476,9 @@ def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):
     assert "NVSHMEM_IBGDA_SUPPORT=ON" in info
 
 
-def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_do(node):
-    # DeepEP V2 on fixtures: the interpreter's torch loads its NCCL wheel's library (2.28.9, with its headers); the
-    # nccl layer builds 2.30.7 and puts it there; DeepEP V2 (tests/fixtures/deepep_v2_src) is built against those
-    # headers with the checked compiler, imported (deep_ep._C), tested (tests/elastic, the recorded 1 x H100
-    # output), and the env script names the JIT cache. A second run changes nothing.
+def v2_inputs(node, **more):
+    """DeepEP V2 on fixtures: an interpreter whose torch loads its NCCL wheel's library (2.28.9, with its headers),
+    the NCCL and DeepEP V2 fixture sources as archives, NCCL built from source by the nccl layer."""
     python = make_python_site(node["tmp"] / "venv2", nccl_runtime=(2, 28, 9))
     nccl_dir = node["tmp"] / "venv2" / "site-packages" / "nvidia" / "nccl"
     (nccl_dir / "include").mkdir()
@@ -491,10 +489,19 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
         archives[top] = node["tmp"] / name
         with tarfile.open(str(archives[top]), "w:gz") as tar:
             tar.add(os.path.join(FIXTURES, fixture), arcname=top)
-    extra = json.dumps({"deepep_version": "v2", "deepep_python": python, "deepep_src": str(archives["DeepEP"]),
-                        "nccl_method": "source", "nccl_src": str(archives["nccl"]),
-                        "nccl_prefix": str(node["prefix"] / "nccl"), "nccl_build_user": "", "nccl_build_poll": 1,
-                        "deepep_verify_num_processes": 1})
+    return dict({"deepep_version": "v2", "deepep_python": python, "deepep_src": str(archives["DeepEP"]),
+                 "nccl_method": "source", "nccl_src": str(archives["nccl"]),
+                 "nccl_prefix": str(node["prefix"] / "nccl"), "nccl_build_user": "", "nccl_build_poll": 1,
+                 "deepep_verify_num_processes": 1}, **more)
+
+
+def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_do(node):
+    # DeepEP V2 on fixtures: the interpreter's torch loads its NCCL wheel's library (2.28.9, with its headers); the
+    # nccl layer builds 2.30.7 and puts it there; DeepEP V2 (tests/fixtures/deepep_v2_src) is built against those
+    # headers with the checked compiler, imported (deep_ep._C), tested (tests/elastic, the recorded 1 x H100
+    # output), and the env script names the JIT cache. A second run changes nothing.
+    extra = json.dumps(v2_inputs(node))
+    nccl_dir = node["tmp"] / "venv2" / "site-packages" / "nvidia" / "nccl"
     rc, changed, out = run(node, "-e", extra)
     assert rc == 0, out
     current = node["prefix"] / "deepep" / "current" / "src"
@@ -517,7 +524,24 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
     jit_line = ("if [ -w '{0}/cache' ] && [ -w '{0}/tmp' ]; then export EP_JIT_CACHE_DIR='{0}'; fi\n"
                 .format(cache))
     assert jit_line in script, script
+    # No RDMA NIC on this fixture node: NCCL has no Gin network, so V2 runs without its Gin backend (deepep_gin auto).
+    assert "export EP_DISABLE_GIN='1'\n" in script, script
     assert re.search(r"\n +compiled: 10\n", out), out  # the warm-up in this node's recorded result
     rc, changed, out = run(node, "-e", extra)
     assert rc == 0 and changed == 0, out
     assert re.search(r"\n +compiled: 10\n", out) and "item=jit_warmup" in out, out
+
+
+def test_v2_with_gin_on_a_node_without_rdma_fails_like_the_gpu_machine_and_nothing_goes_live(node):
+    # 2 x H100 without RDMA NICs (docs/results/site-v2-h100x2): with NCCL's Gin backend left on, test_ep.py's
+    # ElasticBuffer of two ranks stops with "NCCL GIN is unavailable"; the build was rolled back. The fixture's
+    # tests fail the same way (more than one rank, no Gin network, EP_DISABLE_GIN unset).
+    extra = json.dumps(v2_inputs(node, deepep_gin="enabled", deepep_verify_num_processes=2, deepep_jit_warmup=False))
+    rc, changed, out = run(node, "-e", extra)
+    assert rc != 0, out
+    assert "DeepEP elastic_ep test failed: exit status 1; 0 of 2 ranks reported results" in out, out
+    assert "The new build is not live" in out and "the env script was not changed" in out, out
+    assert not (node["prefix"] / "deepep" / "current").exists()
+    log = (node["prefix"] / "reports" / "elastic_ep.log").read_text()
+    assert "NCCL GIN is unavailable" in log, log
+    assert not (node["prefix"] / "env.sh").exists()

@@ -159,6 +159,8 @@ TRIGGERS = {
                                                        "defines": ["std::locale::classic()"]}]),
     "V2CUDA": lambda ev: ev.update(deepep_version="v2", cuda=dict(BASE["cuda"], release="12.8")),
     "JITCACHE": lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, kernels=0, bytes=0)),
+    # V2 on a node without RDMA NICs whose env script leaves NCCL's Gin backend on (2 x H100, docs/results).
+    "GIN": all_of(lambda ev: ev.update(deepep_version="v2"), no_hcas),
 }
 # DeepEP V2's warmed JIT cache as docs/results/site-v2-h100 left it (jit_cache_stats).
 JIT = {"dir": "/opt/deepep/jit-cache", "exists": True, "kernels": 11, "corrupted": [], "bytes": 331776,
@@ -401,7 +403,7 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|MEMLOCK|PYTAR|GPUS) \|", line)]
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 
@@ -444,3 +446,26 @@ def test_pytar_unpacks_as_the_build_user_without_a_filter_and_names_the_fixed_py
     assert "3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 have them" in finding["evidence"]
     finding = status_of("PYTAR", evidence(TRIGGERS["PYTAR"]))
     assert "3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4" in finding["fix"]
+
+
+# ElasticBuffer's assertion as DeepEP main dd758ca printed it in tests/elastic/test_ep.py on 2 x H100 without RDMA
+# NICs (docs/results/site-v2-h100x2).
+GIN_LINE = ('RuntimeError: Assertion exception (/opt/deepep/deepep/builds/c418b9d514853c05/src/csrc/kernels/backend/'
+            'nccl.cu:87): (allow_hybrid_mode ? props.railedGinType : props.ginType) != NCCL_GIN_TYPE_NONE and "NCCL '
+            'GIN is unavailable. This is usually due to a network configuration issue, " "such as `allow_hybrid_mode=0` '
+            '(disable direct RDMA kernels) in multi-plane network."')
+
+
+def test_gin_off_without_rdma_and_the_assertion_line_named_by_gin_not_by_the_nccl_version():
+    v2_no_nics = all_of(_v2, no_hcas, lambda ev: ev["python"]["torch"].update(nccl="2.30.7"))
+    finding = status_of("GIN", evidence(v2_no_nics))
+    assert finding["status"] == "problem" and "EP_DISABLE_GIN is unset" in finding["evidence"]
+    assert "EP_DISABLE_GIN=1" in finding["fix"]
+    off = status_of("GIN", evidence(all_of(v2_no_nics, env(EP_DISABLE_GIN="1"))))
+    assert off["status"] == "ok" and off["evidence"].startswith("no RDMA HCA: EP_DISABLE_GIN=1")
+    logged = all_of(v2_no_nics, lambda ev: ev.update(logs={"/opt/deepep/reports/elastic_ep.log": GIN_LINE}))
+    finding = status_of("GIN", evidence(all_of(logged, env(EP_DISABLE_GIN="1"))))
+    assert finding["status"] == "problem" and finding["evidence"].startswith("/opt/deepep/reports/elastic_ep.log: ")
+    # NCCL 2.30.7 is new enough: KF31 (the version) stays quiet on the same log.
+    assert status_of("KF31", evidence(logged))["status"] == "ok"
+    assert status_of("GIN", evidence(lambda ev: ev.update(deepep_version="v1")))["status"] == "not_applicable"

@@ -44,6 +44,26 @@ def test_v2_gets_nccls_settings_and_nvshmems_only_with_the_legacy_kernels(tmp_pa
     assert legacy["ibgda"] and legacy["env"]["NVSHMEM_IB_GID_INDEX"] == "3" and legacy["env"]["NCCL_IB_GID_INDEX"] == "3"
 
 
+def test_v2_turns_gin_off_only_where_no_rdma_port_is_mapped(tmp_path):
+    # 2 x H100 without RDMA NICs: NCCL reports no Gin support and test_ep.py's ElasticBuffer stopped (NCCL GIN is
+    # unavailable) until EP_DISABLE_GIN=1, DeepEP's documented fall-back within one node.
+    no_nics = build_env(discovered_node("h200_no_nics", tmp_path), SRC, generation="v2")
+    assert no_nics["env"] == {"EP_DISABLE_GIN": "1"}
+    assert "no usable RDMA port" in no_nics["notes"][0]
+    assert "EP_DISABLE_GIN" not in build_env(discovered_node("h200_no_nics", tmp_path / "v1"), SRC)["env"]
+    rdma = discovered_node("gcp_b200", tmp_path / "rdma")
+    assert "EP_DISABLE_GIN" not in build_env(rdma, SRC, generation="v2")["env"]
+    assert build_env(rdma, SRC, generation="v2", gin="disabled")["env"]["EP_DISABLE_GIN"] == "1"
+    kept = build_env(discovered_node("h200_no_nics", tmp_path / "on"), SRC, generation="v2", gin="enabled")
+    assert "EP_DISABLE_GIN" not in kept["env"]
+    # The user's own setting wins.
+    extra = build_env(discovered_node("h200_no_nics", tmp_path / "x"), SRC, generation="v2",
+                      extra={"EP_DISABLE_GIN": "0"})
+    assert extra["env"]["EP_DISABLE_GIN"] == "0"
+    with pytest.raises(EnvError, match="gin: 'off' is not one of auto, enabled, disabled"):
+        build_env(rdma, SRC, generation="v2", gin="off")
+
+
 def test_infiniband_has_no_gid_index(tmp_path):
     env = build_env(discovered_node("ib_with_frontend", tmp_path), SRC)["env"]
     assert "NVSHMEM_IB_GID_INDEX" not in env and env["NVSHMEM_HCA_PREFIX"] == "mlx5"
