@@ -5,6 +5,7 @@ scripts, CI, measured results or GPU test inventory."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,3 +40,28 @@ def test_the_built_collection_holds_what_users_need_only(tmp_path):
     for role in os.listdir(os.path.join(REPO, "roles")):
         assert "roles/%s/meta/argument_specs.yml" % role in names, role
     assert "Apache License" in license_text and "Version 2.0" in license_text
+
+
+def test_the_readme_command_works_from_a_fresh_checkout_after_make_install(tmp_path):
+    # What a new user types (docs/usage.md): `make install`, then from the repository root
+    # `ansible-playbook site.yml -i inventories/b200-cluster`, with no ANSIBLE_COLLECTIONS_PATH of their own.
+    # The checkout is the tracked files as they are now; `make install`'s step is the galaxy install below.
+    checkout = tmp_path / "checkout"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in listed.decode().split("\0"):
+        if name and os.path.lexists(os.path.join(REPO, name)):
+            target = checkout / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.join(REPO, name), str(target), follow_symlinks=False)
+    env = dict((k, v) for k, v in os.environ.items() if not k.startswith("ANSIBLE_"))
+    env["HOME"] = str(tmp_path / "home")  # no collection of the user's own under ~/.ansible
+    bin_dir = os.path.dirname(sys.executable)
+    install = subprocess.run([GALAXY, "collection", "install", "--force", "--offline", "-p", ".build/installed", "."],
+                             cwd=str(checkout), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert install.returncode == 0, install.stdout + install.stderr
+    for playbook in ("site.yml", "playbooks/site.yml"):
+        result = subprocess.run([os.path.join(bin_dir, "ansible-playbook"), playbook, "-i", "inventories/b200-cluster",
+                                 "--syntax-check"], cwd=str(checkout), env=env, capture_output=True, text=True,
+                                timeout=300, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "was not found" not in result.stdout + result.stderr
