@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -123,8 +124,10 @@ def test_gcp_mig_without_the_gcp_extras_fails_naming_what_to_install(tmp_path):
     out = result.stdout + result.stderr
     assert "google-auth" in out  # ansible's own warning: the inventory did not parse
     assert result.returncode == 2, out
-    assert "The inventory gave no host to run on" in out and "install the google.cloud collection and " \
-        "google-auth and requests" in out.replace("\n        ", " ")
+    flat = re.sub(r"\s+", " ", out)
+    assert "The inventory gave no host to run on" in out and "run `make gcp-extras` on the controller (the " \
+        "google.cloud collection, google-auth and requests)" in flat, flat
+    assert '(docs/usage.md, "GCP managed instance groups")' in flat, flat
 
 
 def test_an_empty_inventory_fails(tmp_path):
