@@ -64,9 +64,14 @@ check:
 	$(MAKE) --no-print-directory units docs lint
 	@echo "make check: every stage passed"; cat $(STAGE_TIMES)
 
+# Tests whose builds run as the build user keep their files in a directory of their own: pytest's shared
+# /tmp/pytest-of-root is made 0700 again by every other pytest session (molecule's testinfra runs beside these
+# stages), which would lock the build user out mid-run. scripts/run-integration does the same.
+PRIVATE_TMP := tmp=$$(mktemp -d /tmp/moe-infra-tests.XXXXXX) && trap "rm -rf $$tmp" EXIT &&
+
 ## units: modules, filters and specs on fixture trees (seconds)
 units: $(BIN)/.test
-	$(TIMED) units $(BIN)/python -m pytest -q tests/unit
+	$(TIMED) units sh -c '$(PRIVATE_TMP) $(BIN)/python -m pytest -q --basetemp "$$tmp/units" tests/unit'
 
 ## integration: ansible-playbook runs of the playbooks on fixture trees and stand-in builds (minutes)
 integration: $(BIN)/.test
@@ -87,8 +92,8 @@ $(COMPAT)/.test: requirements/compat.txt
 
 ## compat: unit tests and the main playbook tests on the oldest ansible-core meta/runtime.yml accepts
 compat: $(COMPAT)/.test $(DEV)/ansible_collections/moe_infra/deepep
-	$(TIMED) compat sh -c '$(COMPAT)/python -m pytest -q -p no:cacheprovider tests/unit && \
-	  $(COMPAT)/python -m pytest -q -p no:cacheprovider tests/integration/test_deepep_playbook.py \
+	$(TIMED) compat sh -c '$(PRIVATE_TMP) $(COMPAT)/python -m pytest -q -p no:cacheprovider --basetemp "$$tmp/units" tests/unit && \
+	  $(COMPAT)/python -m pytest -q -p no:cacheprovider --basetemp "$$tmp/integration" tests/integration/test_deepep_playbook.py \
 	    -k "build_env_script or site_runs_every_layer or threshold_failure"'
 
 sanity: $(BIN)/.test

@@ -165,8 +165,13 @@ def test_elastic_ep_parses_every_kind_and_judges_scale_up(run_module, tree, tmp_
     slow, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=1,
                          environment=dict(_env(tree), **jit), thresholds={"combine_su": 1300})
     assert failed and slow["below_thresholds"] == ["combine_su on the slowest rank 1270.0 < 1300 GB/s"]
+    # Two ranks on this GPU-less fixture need Gin off (EP_DISABLE_GIN, as the env script sets it without RDMA NICs);
+    # the recorded output then has one rank's lines for two processes.
+    gin_on, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=2,
+                           environment=dict(_env(tree), **jit))
+    assert failed and "0 of 2 ranks reported results" in gin_on["msg"] and "NCCL GIN is unavailable" in gin_on["log_tail"]
     two, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=2,
-                        environment=dict(_env(tree), **jit))
+                        environment=dict(_env(tree), EP_DISABLE_GIN="1", **jit))
     assert failed and "1 of 2 ranks reported results" in two["msg"]
     bad, failed = bench(run_module, tree, tmp_path, test="elastic_ep", num_processes=1,
                         environment=dict(_env(tree), **jit), thresholds={"dispatch_fp8": 1})
