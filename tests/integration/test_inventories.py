@@ -44,6 +44,19 @@ def test_b200_cluster_inventory():
     assert validate(site_vars) == []
 
 
+def test_only_the_nodes_become_root_not_the_controllers_implicit_localhost():
+    # Ansible's implicit localhost takes group_vars/all: become there would sudo on the controller for the report
+    # tasks delegated to it.
+    for inventory in ("inventories/b200-cluster", "inventories/gcp-mig"):
+        with open(os.path.join(REPO, inventory, "group_vars", "all.yml")) as handle:
+            assert not [k for k in yaml.safe_load(handle) if k.startswith("ansible_")], inventory
+    out = run("ansible", "-i", "inventories/b200-cluster", "localhost", "-m", "debug", "-a", "var=ansible_become")
+    assert "'ansible_become' is undefined" in out, out
+    out = run("ansible", "-i", "inventories/b200-cluster", "b200-0", "-c", "local", "-m", "debug", "-a",
+              "var=ansible_become")
+    assert re.search(r"ansible_become: true", out), out
+
+
 def test_b200_v2_profile_on_the_b200_inventory_passes_the_site_validation():
     """playbooks/vars/b200-v2.yml over the B200 inventory's settings (-e wins over group_vars)."""
     data = json.loads(run("ansible-inventory", "-i", "inventories/b200-cluster", "--list"))
