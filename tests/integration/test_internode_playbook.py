@@ -116,3 +116,19 @@ def test_nodes_of_different_shapes_are_refused(cluster):
     rc, out = run(cluster)
     assert rc == 2, out
     assert "2 node(s) (node-a, node-b) with GPU counts [8, 4] and no GPU-to-NIC mapping on node-b" in out
+
+
+def test_a_node_that_dropped_out_gets_no_rank_and_the_others_run(cluster):
+    # A third node that cannot be reached: the ranks and WORLD_SIZE count the nodes still in the play, so the two
+    # others meet instead of waiting for it in the rendezvous until the timeout.
+    inventory = yaml.safe_load((cluster / "inventory.yml").read_text())
+    machines.gcp_b200(str(cluster / "node-c" / "sys"))
+    inventory["all"]["hosts"]["node-c"] = dict(inventory["all"]["hosts"]["node-b"], ansible_connection="ssh",
+                                               ansible_host="127.0.0.1", ansible_port=9, ansible_user="nobody",
+                                               deepep_internode_sysfs_root=str(cluster / "node-c" / "sys"))
+    (cluster / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    rc, out = run(cluster)
+    assert "node-c" in out and re.search(r"node-c\s+: ok=\d+ .*unreachable=1", out), out
+    a, b = report(cluster, "node-a"), report(cluster, "node-b")
+    assert (a["rank"], b["rank"], a["world_size"], b["world_size"]) == (0, 1, 2, 2)
+    assert a["passed"] and b["passed"], out
