@@ -38,6 +38,10 @@ def test_b200_cluster_inventory():
     profile = tuple(first[k] for k in ("cuda_version", "doca_ofed_version", "nvshmem_ibgda_git_ref",
                                        "deepep_torch_version", "deepep_arch_list"))
     assert profile == ("12.9", "3.2.1", "v3.5.19-1", "2.9.1+cu129", ["10.0"])
+    # One node per fingerprint builds; the others install from the controller's cache (in the operator's home).
+    out = run("ansible", "-i", "inventories/b200-cluster", "b200-0", "-c", "local", "-m", "debug", "-a",
+              "var=deepep_cache_dir")
+    assert "deepep_cache_dir: %s/.cache/moe_infra_deepep/builds" % os.environ["HOME"] in out, out
     # How the nodes are reached lives in the group_vars the GCP dynamic inventory shares.
     assert (first["ansible_user"], first["ansible_become"]) == ("ubuntu", True)
     site_vars = dict((k, v) for k, v in first.items() if not k.startswith("ansible_"))
