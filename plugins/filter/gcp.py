@@ -17,7 +17,8 @@ def gcp_instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
         raise AnsibleFilterError("gcp_instance_profile: want a host's variables, got %r" % (hostvars,))
     return instance_profile(dict((key, hostvars.get(key)) for key in (
         "gcp_name", "gcp_project", "gcp_zone", "gcp_metadata", "gcp_networkInterfaces", "gcp_serviceAccounts",
-        "gcp_scheduling", "gcp_disks", "gcp_machineType", "gcp_guestAccelerators", "gcp_labels")),
+        "gcp_scheduling", "gcp_disks", "gcp_machineType", "gcp_guestAccelerators", "gcp_labels",
+        "gcp_reservationAffinity", "gcp_resourcePolicies")),
         tuple(metadata_keys or ()))
 
 

@@ -33,6 +33,26 @@ def basename(value):
     return (value or "").rstrip("/").rsplit("/", 1)[-1]
 
 
+def project_path(value, project):
+    """A network or subnetwork link as the template takes it: its name when it is in the instance's own project,
+    projects/<host>/... when it is not (a Shared VPC's host project must stay named)."""
+    if isinstance(value, dict):
+        value = value.get("selfLink") or value.get("name")
+    link = (value or "").split("/compute/v1/", 1)[-1]
+    if link.startswith("projects/") and link.split("/")[1] != project:
+        return link
+    return basename(link)
+
+
+# Scheduling fields copied from the source instance besides onHostMaintenance and automaticRestart: how its
+# capacity is provisioned (RESERVATION_BOUND, SPOT, FLEX_START) and what ends it. Left out, the group's instances
+# would be STANDARD and could not take A4 capacity bound to a reservation.
+SCHEDULING_KEYS = ("provisioningModel", "instanceTerminationAction", "maxRunDuration", "preemptible",
+                   "onInstanceStopAction", "locationHint", "nodeAffinities")
+RESERVATION_TYPES = ("ANY_RESERVATION", "SPECIFIC_RESERVATION", "NO_RESERVATION", "SPECIFIC_THEN_ANY_RESERVATION",
+                     "SPECIFIC_THEN_NO_RESERVATION")
+
+
 def region_of(zone):
     return zone.rsplit("-", 1)[0] if zone else ""
 
@@ -100,6 +120,18 @@ def problems(params):
         say("target_size", "%s is below 0" % size)
     if int(template.get("boot_disk_size_gb") or 0) < 0:
         say("boot_disk_size_gb", "below 0")
+    for key in sorted(set(template.get("scheduling") or {}) - set(SCHEDULING_KEYS)):
+        say("scheduling", "%r is not one of %s" % (key, ", ".join(SCHEDULING_KEYS)))
+    affinity = template.get("reservation_affinity") or {}
+    if affinity:
+        if set(affinity) - {"consumeReservationType", "key", "values"}:
+            say("reservation_affinity", "takes consumeReservationType, key and values only")
+        if affinity.get("consumeReservationType") not in RESERVATION_TYPES:
+            say("reservation_affinity", "consumeReservationType %r is not one of %s"
+                % (affinity.get("consumeReservationType"), ", ".join(RESERVATION_TYPES)))
+    for policy in template.get("resource_policies") or []:
+        if not NAME.match(str(policy)):
+            say("resource_policies", "%r is not a resource policy name" % (policy,))
     return found
 
 
@@ -149,9 +181,16 @@ def template_body(params):
         "machineType": template["machine_type"],
         "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT", "initializeParams": initialize}],
         "networkInterfaces": nics,
-        "scheduling": {"onHostMaintenance": template.get("on_host_maintenance") or "TERMINATE",
-                       "automaticRestart": bool(template.get("automatic_restart", True))},
+        "scheduling": dict({"onHostMaintenance": template.get("on_host_maintenance") or "TERMINATE",
+                            "automaticRestart": bool(template.get("automatic_restart", True))},
+                           **dict(template.get("scheduling") or {})),
     }
+    # The reservation the instances take their capacity from (without it: any reservation, which a
+    # SPECIFIC-only reservation does not serve) and the placement policy that keeps them together.
+    if template.get("reservation_affinity"):
+        properties["reservationAffinity"] = dict(template["reservation_affinity"])
+    if template.get("resource_policies"):
+        properties["resourcePolicies"] = list(template["resource_policies"])
     if template.get("accelerators"):
         properties["guestAccelerators"] = [{"acceleratorType": a["type"], "acceleratorCount": int(a["count"])}
                                            for a in template["accelerators"]]
@@ -217,8 +256,10 @@ def instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
         metadata = dict((item.get("key"), item.get("value")) for item in metadata["items"])
     created_by = metadata.get("created-by") or ""
     nics = []
+    project = hv.get("gcp_project") or ""
     for nic in hv.get("gcp_networkInterfaces") or []:
-        entry = {"network": basename(nic.get("network")), "subnetwork": basename(nic.get("subnetwork")),
+        entry = {"network": project_path(nic.get("network"), project),
+                 "subnetwork": project_path(nic.get("subnetwork"), project),
                  "nic_type": nic.get("nicType") or "", "external_ip": bool(nic.get("accessConfigs"))}
         nics.append(entry)
     accounts = hv.get("gcp_serviceAccounts") or []
@@ -235,6 +276,9 @@ def instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
         "accelerators": [{"type": basename(a.get("acceleratorType")), "count": int(a.get("acceleratorCount") or 0)}
                          for a in hv.get("gcp_guestAccelerators") or []],
         "on_host_maintenance": scheduling.get("onHostMaintenance") or "TERMINATE",
+        "scheduling": dict((k, v) for k, v in scheduling.items() if k in SCHEDULING_KEYS),
+        "reservation_affinity": dict(hv.get("gcp_reservationAffinity") or {}),
+        "resource_policies": [basename(link) for link in hv.get("gcp_resourcePolicies") or []],
         "service_account": {"email": accounts[0].get("email", ""), "scopes": accounts[0].get("scopes") or []}
         if accounts else {"email": "", "scopes": []},
         "labels": dict(hv.get("gcp_labels") or {}),

@@ -124,6 +124,24 @@ options:
         description: Restart after a host event.
         type: bool
         default: true
+      scheduling:
+        description:
+          - Further scheduling fields in the API's form, as the source instance has them (the role copies them)
+            C(provisioningModel) (C(RESERVATION_BOUND), C(SPOT), C(FLEX_START), ...), C(instanceTerminationAction),
+            C(maxRunDuration), C(preemptible), C(onInstanceStopAction), C(locationHint), C(nodeAffinities).
+        type: dict
+        default: {}
+      reservation_affinity:
+        description:
+          - The reservation the instances consume, in the API's form (C(consumeReservationType), C(key),
+            C(values)). Without it GCP takes any reservation, which a reservation for specific use does not serve.
+        type: dict
+        default: {}
+      resource_policies:
+        description: Resource policy names (a compact placement policy) the instances are created with.
+        type: list
+        elements: str
+        default: []
       service_account:
         description: C(email) and C(scopes) of the instances' service account; no email, none.
         type: dict
@@ -432,6 +450,8 @@ def main():
             accelerators=dict(type="list", elements="dict", default=[]),
             on_host_maintenance=dict(type="str", choices=["TERMINATE", "MIGRATE"], default="TERMINATE"),
             automatic_restart=dict(type="bool", default=True),
+            scheduling=dict(type="dict", default={}), reservation_affinity=dict(type="dict", default={}),
+            resource_policies=dict(type="list", elements="str", default=[]),
             service_account=dict(type="dict", default={}),
             labels=dict(type="dict", default={}), metadata=dict(type="dict", default={}, no_log=True))),
         target_size=dict(type="int"),

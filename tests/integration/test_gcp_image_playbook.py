@@ -25,24 +25,29 @@ MIG = "projects/my-project/zones/us-central1-b/instanceGroupManagers/a4-b200-mig
 @pytest.fixture
 def api(tmp_path):
     """The stand-in's state directory and the environment a run reaches it with."""
+    server, state, env = start_api(tmp_path, os.path.join(FIXTURES, "gcp", "aggregated_instances.json"))
+    yield state, env
+    server.kill()
+    server.wait()
+
+
+def start_api(tmp_path, instances):
+    """The stand-in serving the instances of the aggregated list in file instances, and the inventory's cache of
+    them."""
     state = tmp_path / "api"
     state.mkdir()
-    server = subprocess.Popen([sys.executable, os.path.join(FIXTURES, "compute_api.py"), str(state),
-                               os.path.join(FIXTURES, "gcp", "aggregated_instances.json")],
+    server = subprocess.Popen([sys.executable, os.path.join(FIXTURES, "compute_api.py"), str(state), str(instances)],
                               stdout=subprocess.PIPE, text=True)
     port = server.stdout.readline().strip()
     cache = tmp_path / "inventory-cache"
-    subprocess.run([sys.executable, os.path.join(FIXTURES, "gcp_inventory.py"),
-                    os.path.join(FIXTURES, "gcp", "aggregated_instances.json"),
+    subprocess.run([sys.executable, os.path.join(FIXTURES, "gcp_inventory.py"), str(instances),
                     os.path.join(REPO, "inventories", "gcp-mig"), str(cache)], check=True, capture_output=True)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_INVENTORY_CACHE="true", ANSIBLE_INVENTORY_CACHE_PLUGIN="ansible.builtin.jsonfile",
                ANSIBLE_INVENTORY_CACHE_CONNECTION=str(cache), HTTPS_PROXY="http://127.0.0.1:%s" % port,
                REQUESTS_CA_BUNDLE=str(state / "ca.pem"), NO_PROXY="")
     env.pop("https_proxy", None)
-    yield state, env
-    server.kill()
-    server.wait()
+    return server, state, env
 
 
 def bake(env, *extra, skip="source_node"):
@@ -161,3 +166,39 @@ def test_a_node_site_yml_did_not_finish_is_not_baked(api, tmp_path):
     assert "Check that site.yml provisioned the node" in out and "lacks" not in out, out
     assert "moe_infra.deepep.generalize" not in out
     assert changes(state) == []
+
+
+def test_a_reservation_bound_placed_shared_vpc_instance_gives_a_template_that_keeps_all_three(tmp_path):
+    # An A4 as cluster-toolkit's blueprint makes it: capacity from a specific reservation (RESERVATION_BOUND), a
+    # compact placement policy, and nic0 in a Shared VPC of a host project. The template keeps all three: without
+    # them the resized group's instances would ask for any reservation, unplaced, in the service project's network.
+    with open(os.path.join(FIXTURES, "gcp", "aggregated_instances.json")) as handle:
+        listing = json.load(handle)
+    instance = listing["items"]["zones/us-central1-b"]["instances"][0]
+    instance["scheduling"].update(provisioningModel="RESERVATION_BOUND", instanceTerminationAction="STOP")
+    instance["reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                       "key": "compute.googleapis.com/reservation-name", "values": ["a4-reservation"]}
+    instance["resourcePolicies"] = [
+        "https://www.googleapis.com/compute/v1/projects/my-project/regions/us-central1/resourcePolicies/a4-compact"]
+    host = "https://www.googleapis.com/compute/v1/projects/host-proj/"
+    instance["networkInterfaces"][0].update(network=host + "global/networks/net-0",
+                                            subnetwork=host + "regions/us-central1/subnetworks/net-0-sub")
+    instances = tmp_path / "instances.json"
+    instances.write_text(json.dumps(listing))
+    server, state, env = start_api(tmp_path, instances)
+    try:
+        rc, out = bake(env)
+    finally:
+        server.kill()
+        server.wait()
+    assert rc == 0, out
+    posts = dict((r["path"].rsplit("/", 1)[1], r) for r in requests_made(state) if r["method"] == "POST")
+    template = posts["instanceTemplates"]["body"]["properties"]
+    assert template["scheduling"] == {"onHostMaintenance": "TERMINATE", "automaticRestart": True, "preemptible": False,
+                                      "provisioningModel": "RESERVATION_BOUND", "instanceTerminationAction": "STOP"}
+    assert template["reservationAffinity"] == instance["reservationAffinity"]
+    assert template["resourcePolicies"] == ["a4-compact"]
+    nic0 = template["networkInterfaces"][0]
+    assert (nic0["network"], nic0["subnetwork"]) == ("projects/host-proj/global/networks/net-0",
+                                                     "projects/host-proj/regions/us-central1/subnetworks/net-0-sub")
+    assert template["networkInterfaces"][1]["network"] == "projects/my-project/global/networks/a4-net-1"

@@ -140,3 +140,55 @@ def test_an_existing_template_as_gcp_returns_it_covers_the_request():
     returned["networkInterfaces"][3]["nicType"] = "GVNIC"
     assert not covers(returned, wanted)
     assert not covers(dict(returned, networkInterfaces=returned["networkInterfaces"][:9]), wanted)
+
+
+def reservation_bound_shared_vpc():
+    """An A4 as cluster-toolkit's blueprint makes it: RESERVATION_BOUND capacity from a specific reservation, a
+    compact placement policy, and its first interfaces in a Shared VPC of another (host) project."""
+    hv = inventory_vars()
+    hv["gcp_scheduling"] = {"onHostMaintenance": "TERMINATE", "automaticRestart": True, "preemptible": False,
+                            "provisioningModel": "RESERVATION_BOUND", "instanceTerminationAction": "STOP"}
+    hv["gcp_reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                     "key": "compute.googleapis.com/reservation-name", "values": ["a4-reservation"]}
+    hv["gcp_resourcePolicies"] = [
+        "https://www.googleapis.com/compute/v1/projects/my-project/regions/us-central1/resourcePolicies/a4-compact"]
+    host = "https://www.googleapis.com/compute/v1/projects/host-proj/"
+    hv["gcp_networkInterfaces"][0]["network"] = {"name": "net-0", "selfLink": host + "global/networks/net-0"}
+    hv["gcp_networkInterfaces"][0]["subnetwork"] = host + "regions/us-central1/subnetworks/net-0-sub"
+    return hv
+
+
+def test_the_template_keeps_the_capacity_placement_and_shared_vpc_of_the_source():
+    profile = instance_profile(reservation_bound_shared_vpc())
+    assert profile["scheduling"] == {"preemptible": False, "provisioningModel": "RESERVATION_BOUND",
+                                     "instanceTerminationAction": "STOP"}
+    assert profile["resource_policies"] == ["a4-compact"]
+    nic0 = profile["network_interfaces"][0]
+    assert (nic0["network"], nic0["subnetwork"]) == ("projects/host-proj/global/networks/net-0",
+                                                     "projects/host-proj/regions/us-central1/subnetworks/net-0-sub")
+    assert profile["network_interfaces"][1]["network"] == "a4-net-1"  # the instance's own project: by name
+    params = settings(**{"template.network_interfaces": profile["network_interfaces"],
+                         "template.scheduling": profile["scheduling"],
+                         "template.reservation_affinity": profile["reservation_affinity"],
+                         "template.resource_policies": profile["resource_policies"]})
+    assert problems(params) == []
+    props = template_body(params)["properties"]
+    assert props["scheduling"] == {"onHostMaintenance": "TERMINATE", "automaticRestart": True, "preemptible": False,
+                                   "provisioningModel": "RESERVATION_BOUND", "instanceTerminationAction": "STOP"}
+    assert props["reservationAffinity"]["consumeReservationType"] == "SPECIFIC_RESERVATION"
+    assert props["reservationAffinity"]["values"] == ["a4-reservation"]
+    assert props["resourcePolicies"] == ["a4-compact"]
+    # The Shared VPC stays in its host project (it was re-rooted in the service project: my-project).
+    assert props["networkInterfaces"][0]["network"] == "projects/host-proj/global/networks/net-0"
+    assert props["networkInterfaces"][0]["subnetwork"] == "projects/host-proj/regions/us-central1/subnetworks/net-0-sub"
+    assert props["networkInterfaces"][1]["network"] == "projects/my-project/global/networks/a4-net-1"
+
+
+def test_scheduling_affinity_and_policies_are_checked():
+    found = problems(settings(**{"template.scheduling": {"onHostMaintenance": "MIGRATE"},
+                                 "template.reservation_affinity": {"consumeReservationType": "SOME"},
+                                 "template.resource_policies": ["A Policy"]}))
+    assert "scheduling: 'onHostMaintenance' is not one of provisioningModel, instanceTerminationAction, " \
+        "maxRunDuration, preemptible, onInstanceStopAction, locationHint, nodeAffinities" in found, found
+    assert any(p.startswith("reservation_affinity: consumeReservationType 'SOME' is not one of") for p in found)
+    assert "resource_policies: 'A Policy' is not a resource policy name" in found
