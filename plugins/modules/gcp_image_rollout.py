@@ -239,6 +239,10 @@ size_before:
   description: The MIG's target size before the abandon step (the role's default size after the rollout).
   returned: when the abandon step read the group
   type: int
+group_size:
+  description: The MIG's target size now (null when there is no such group).
+  returned: when no step is asked for and the image does not exist yet
+  type: int
 image_exists:
   description: Whether the image was there before this call (a bake already made it).
   returned: always
@@ -341,6 +345,11 @@ def run(module, compute):
     image = compute.get(image_path, allow_missing=True)
     result = {"image_exists": image is not None, "image": (image or {}).get("selfLink", ""), "template": ""}
     changed = False
+    if image is None and not p["steps"]:
+        # The size a bake that starts now gives the group back (the role records it before the abandon step, so
+        # that a bake resumed after the abandon does not take the smaller size).
+        group = compute.get(mig_path, allow_missing=True)
+        result["group_size"] = int(group.get("targetSize", 0)) if group is not None else None
     for step in [s for s in STEPS if s in p["steps"]]:
         if step == "abandon":
             if image is not None:

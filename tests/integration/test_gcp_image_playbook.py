@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -47,6 +48,7 @@ def start_api(tmp_path, instances):
                ANSIBLE_INVENTORY_CACHE_CONNECTION=str(cache), HTTPS_PROXY="http://127.0.0.1:%s" % port,
                REQUESTS_CA_BUNDLE=str(state / "ca.pem"), NO_PROXY="")
     env.pop("https_proxy", None)
+    env["HOME"] = str(tmp_path / "home")  # the bakes' records (gcp_image_record_dir) stay in this test
     return server, state, env
 
 
@@ -202,3 +204,38 @@ def test_a_reservation_bound_placed_shared_vpc_instance_gives_a_template_that_ke
     assert (nic0["network"], nic0["subnetwork"]) == ("projects/host-proj/global/networks/net-0",
                                                      "projects/host-proj/regions/us-central1/subnetworks/net-0-sub")
     assert template["networkInterfaces"][1]["network"] == "projects/my-project/global/networks/a4-net-1"
+
+
+@pytest.mark.parametrize("interrupted_at, stopped", [
+    ("/stop", False),  # the node left its group, still runs
+    ("/global/images", True),  # stopped: inventories/gcp-mig (status = RUNNING) no longer lists it
+    ("/resize", True),  # image and template made, the group on the new template at the smaller size
+])
+def test_a_bake_interrupted_half_way_resumes_where_it_stopped(api, tmp_path, interrupted_at, stopped):
+    state, env = api
+    (state / "fail-once").write_text("POST %s\n" % interrupted_at)
+    rc, out = bake(env)
+    assert rc != 0 and "fixture: interrupted at" in out, out
+    record = tmp_path / "home" / ".cache" / "moe_infra_deepep" / "bakes" / "deepep-b200-20261124.json"
+    assert json.loads(record.read_text())["size_before"] == 1
+    if stopped:
+        # What the inventory then shows: the group's other instances, not the stopped source.
+        with open(os.path.join(FIXTURES, "gcp", "aggregated_instances.json")) as handle:
+            listing = json.load(handle)
+        listing["items"]["zones/us-central1-b"]["instances"] = []
+        (tmp_path / "running.json").write_text(json.dumps(listing))
+        shutil.rmtree(str(tmp_path / "inventory-cache"))  # the plugin asks again, as after the cache's timeout
+        subprocess.run([sys.executable, os.path.join(FIXTURES, "gcp_inventory.py"), str(tmp_path / "running.json"),
+                        os.path.join(REPO, "inventories", "gcp-mig"), str(tmp_path / "inventory-cache")],
+                       check=True, capture_output=True)
+    rc, out = bake(env)
+    assert rc == 0, out
+    made = [c for c in changes(state) if c[0] == "POST"]
+    # Each step once over both runs (the interrupted request is counted: it reached the stand-in), the group back
+    # at the size it had before the bake, not the size the abandon left.
+    steps = ["abandonInstances", "stop", "images", "instanceTemplates", "setInstanceTemplate", "resize"]
+    at = steps.index(interrupted_at.rsplit("/", 1)[1])
+    assert [path.rsplit("/", 1)[1] for _, path in made] == steps[:at + 1] + steps[at:], made
+    resize = [r for r in requests_made(state) if r["path"].endswith("/resize") and r["status"] == 200]
+    assert [r["query"] for r in resize] == [{"size": ["1"]}]
+    assert not record.exists()
