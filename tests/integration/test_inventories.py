@@ -122,6 +122,20 @@ def test_gcp_mig_inventory_from_a_recorded_api_answer(tmp_path):
     assert host["gcp_machineType"] == "a4-highgpu-8g" and host["gcp_labels"] == {"deepep": "b200"}
     site_vars = dict((k, v) for k, v in host.items() if not k.startswith(("ansible_", "gcp_")))
     assert validate(site_vars) == []
+    # A controller outside the VPC tunnels through IAP to the instance by name, in its zone and project; with OS
+    # Login the user is the operator's POSIX name (given with -e) and sudo comes from roles/compute.osAdminLogin.
+    seen = subprocess.run([os.path.join(BIN, "ansible"), "-i", inventory, "a4-b200-mig-7xk2", "-m", "debug", "-a",
+                           "var=[ansible_user,ansible_become,ansible_ssh_common_args]",
+                           "-e", "deepep_ssh_via=iap", "-e", "ansible_user=sa_123456789012345678901"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert seen.returncode == 0, seen.stdout + seen.stderr
+    flat = re.sub(r"\s+", " ", seen.stdout)
+    assert "- sa_123456789012345678901 - true - -o ProxyCommand=\"gcloud compute start-iap-tunnel a4-b200-mig-7xk2 " \
+        "%p --listen-on-stdin --zone=us-central1-b --project=my-project\"" in flat, flat
+    direct = subprocess.run([os.path.join(BIN, "ansible"), "-i", inventory, "a4-b200-mig-7xk2", "-m", "debug", "-a",
+                             "var=ansible_ssh_common_args"], env=env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert "ansible_ssh_common_args: ''" in direct.stdout, direct.stdout + direct.stderr
 
 
 def site(inventory, env_extra=None):
