@@ -18,6 +18,7 @@ SECTION = re.compile(r"(README|docs/[\w-]+\.md)(?:\.md)?[,:]?\s+(?:section\s+)?[
 PATH = re.compile(r"(?<![\w./-])((?:inventories|playbooks|roles|docs|plugins|requirements|scripts|molecule"
                   r"|tests/(?:unit|integration|fixtures|sanity))/[\w.@/-]*[\w/])")
 PLACEHOLDER = re.compile(r"<|\*|\{|my-|/results/[^/]*$|\.\.\.")
+IAM_ROLE = re.compile(r"^roles/[a-z]+\.[A-Za-z]+$")  # roles/compute.osAdminLogin is GCP's, not a folder here
 
 
 def anchor(heading):
@@ -71,7 +72,7 @@ def problems(repo):
             if results:
                 continue  # measured results are records of their day: their paths may have moved since
             for path in PATH.findall(LINK.sub("", line) if name.endswith(".md") else line):
-                if PLACEHOLDER.search(path) or os.path.exists(os.path.join(repo, path)):
+                if PLACEHOLDER.search(path) or IAM_ROLE.match(path) or os.path.exists(os.path.join(repo, path)):
                     continue
                 found.append("%s: %s does not exist" % (where, path))
     return found
