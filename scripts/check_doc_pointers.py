@@ -62,7 +62,7 @@ def problems(repo):
                 for target in LINK.findall(line):
                     if re.match(r"^[a-z]+:", target):
                         continue
-                    path, _, frag = target.partition("#")
+                    path, frag = target.split("#", 1) if "#" in target else (target, "")
                     full = os.path.normpath(os.path.join(repo, os.path.dirname(name), path)) if path else \
                         os.path.join(repo, name)
                     if not os.path.exists(full):
