@@ -235,7 +235,7 @@ def test_a_bake_interrupted_half_way_resumes_where_it_stopped(api, tmp_path, int
     # at the size it had before the bake, not the size the abandon left.
     steps = ["abandonInstances", "stop", "images", "instanceTemplates", "setInstanceTemplate", "resize"]
     at = steps.index(interrupted_at.rsplit("/", 1)[1])
-    assert [path.rsplit("/", 1)[1] for _, path in made] == steps[:at + 1] + steps[at:], made
+    assert [change[1].rsplit("/", 1)[1] for change in made] == steps[:at + 1] + steps[at:], made
     resize = [r for r in requests_made(state) if r["path"].endswith("/resize") and r["status"] == 200]
     assert [r["query"] for r in resize] == [{"size": ["1"]}]
     assert not record.exists()
