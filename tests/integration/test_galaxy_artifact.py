@@ -42,10 +42,8 @@ def test_the_built_collection_holds_what_users_need_only(tmp_path):
     assert "Apache License" in license_text and "Version 2.0" in license_text
 
 
-def test_the_readme_command_works_from_a_fresh_checkout_after_make_install(tmp_path):
-    # What a new user types (docs/usage.md): `make install`, then from the repository root
-    # `ansible-playbook site.yml -i inventories/b200-cluster`, with no ANSIBLE_COLLECTIONS_PATH of their own.
-    # The checkout is the tracked files as they are now; `make install`'s step is the galaxy install below.
+def fresh_checkout(tmp_path):
+    """The tracked files as they are now, in tmp_path/checkout (a fresh clone of the working tree)."""
     checkout = tmp_path / "checkout"
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     for name in listed.decode().split("\0"):
@@ -53,6 +51,33 @@ def test_the_readme_command_works_from_a_fresh_checkout_after_make_install(tmp_p
             target = checkout / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(os.path.join(REPO, name), str(target), follow_symlinks=False)
+    return checkout
+
+
+def test_a_users_own_inventory_is_neither_committed_nor_shipped(tmp_path):
+    # The README's step 2: the sample copied to inventories/site-<name>, with the user's addresses.
+    checkout = fresh_checkout(tmp_path)
+    mine = checkout / "inventories" / "site-prod"
+    shutil.copytree(str(checkout / "inventories" / "b200-cluster"), str(mine))
+    (mine / "hosts.yml").write_text("all:\n  hosts:\n    node-0: {ansible_host: 10.128.0.10}\n")
+    ignored = subprocess.run(["git", "-C", REPO, "check-ignore", "--no-index", "inventories/site-prod/hosts.yml"],
+                             capture_output=True, text=True, check=False)
+    assert ignored.returncode == 0 and ignored.stdout.strip() == "inventories/site-prod/hosts.yml", ignored
+    result = subprocess.run([GALAXY, "collection", "build", "--output-path", str(tmp_path), str(checkout)],
+                            cwd=str(checkout), capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    version = yaml.safe_load(open(os.path.join(REPO, "galaxy.yml")))["version"]
+    with tarfile.open(str(tmp_path / ("moe_infra-deepep-%s.tar.gz" % version))) as tar:
+        names = tar.getnames()
+    assert "inventories/b200-cluster/hosts.yml" in names
+    assert [n for n in names if n.startswith("inventories/site-")] == []
+
+
+def test_the_readme_command_works_from_a_fresh_checkout_after_make_install(tmp_path):
+    # What a new user types (docs/usage.md): `make install`, then from the repository root
+    # `ansible-playbook site.yml -i inventories/b200-cluster`, with no ANSIBLE_COLLECTIONS_PATH of their own.
+    # The checkout is the tracked files as they are now; `make install`'s step is the galaxy install below.
+    checkout = fresh_checkout(tmp_path)
     env = dict((k, v) for k, v in os.environ.items() if not k.startswith("ANSIBLE_"))
     env["HOME"] = str(tmp_path / "home")  # no collection of the user's own under ~/.ansible
     bin_dir = os.path.dirname(sys.executable)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -27,8 +28,28 @@ def run(*argv):
     return result.stdout
 
 
-def test_b200_cluster_inventory():
+def site_inventory(tmp_path):
+    """What the README has a user do: copy the sample to inventories/site-<name> and list the nodes (here
+    documentation addresses, RFC 5737). Returns its path."""
+    copy = tmp_path / "inventories" / "site-test"
+    shutil.copytree(os.path.join(REPO, "inventories", "b200-cluster"), str(copy))
+    hosts = yaml.safe_load((copy / "hosts.yml").read_text())
+    hosts["all"]["children"]["deepep_b200"]["hosts"] = dict(
+        ("b200-%d" % i, {"ansible_host": "192.0.2.%d" % (10 + i)}) for i in range(4))
+    (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return str(copy)
+
+
+def test_the_sample_inventory_is_inert():
+    # As shipped: no node (a run against it changes nothing anywhere) and no reboot until the user allows one.
     data = json.loads(run("ansible-inventory", "-i", "inventories/b200-cluster", "--list"))
+    assert [h for group in data.values() if isinstance(group, dict) for h in group.get("hosts", [])] == []
+    with open(os.path.join(REPO, "inventories", "b200-cluster", "group_vars", "all.yml")) as handle:
+        assert yaml.safe_load(handle)["deepep_reboot"] == "never"
+
+
+def test_b200_cluster_inventory(tmp_path):
+    data = json.loads(run("ansible-inventory", "-i", site_inventory(tmp_path), "--list"))
     hosts = data["deepep_b200"]["hosts"]
     assert hosts == ["b200-0", "b200-1", "b200-2", "b200-3"]
     hostvars = data["_meta"]["hostvars"]
@@ -39,7 +60,7 @@ def test_b200_cluster_inventory():
                                        "deepep_torch_version", "deepep_arch_list"))
     assert profile == ("12.9", "3.2.1", "v3.5.19-1", "2.9.1+cu129", ["10.0"])
     # One node per fingerprint builds; the others install from the controller's cache (in the operator's home).
-    out = run("ansible", "-i", "inventories/b200-cluster", "b200-0", "-c", "local", "-m", "debug", "-a",
+    out = run("ansible", "-i", site_inventory(tmp_path / "again"), "b200-0", "-c", "local", "-m", "debug", "-a",
               "var=deepep_cache_dir")
     assert "deepep_cache_dir: %s/.cache/moe_infra_deepep/builds" % os.environ["HOME"] in out, out
     # How the nodes are reached lives in the group_vars the GCP dynamic inventory shares.
@@ -48,7 +69,7 @@ def test_b200_cluster_inventory():
     assert validate(site_vars) == []
 
 
-def test_only_the_nodes_become_root_not_the_controllers_implicit_localhost():
+def test_only_the_nodes_become_root_not_the_controllers_implicit_localhost(tmp_path):
     # Ansible's implicit localhost takes group_vars/all: become there would sudo on the controller for the report
     # tasks delegated to it.
     for inventory in ("inventories/b200-cluster", "inventories/gcp-mig"):
@@ -56,14 +77,14 @@ def test_only_the_nodes_become_root_not_the_controllers_implicit_localhost():
             assert not [k for k in yaml.safe_load(handle) if k.startswith("ansible_")], inventory
     out = run("ansible", "-i", "inventories/b200-cluster", "localhost", "-m", "debug", "-a", "var=ansible_become")
     assert "'ansible_become' is undefined" in out, out
-    out = run("ansible", "-i", "inventories/b200-cluster", "b200-0", "-c", "local", "-m", "debug", "-a",
+    out = run("ansible", "-i", site_inventory(tmp_path), "b200-0", "-c", "local", "-m", "debug", "-a",
               "var=ansible_become")
     assert re.search(r"ansible_become: true", out), out
 
 
-def test_b200_v2_profile_on_the_b200_inventory_passes_the_site_validation():
+def test_b200_v2_profile_on_the_b200_inventory_passes_the_site_validation(tmp_path):
     """playbooks/vars/b200-v2.yml over the B200 inventory's settings (-e wins over group_vars)."""
-    data = json.loads(run("ansible-inventory", "-i", "inventories/b200-cluster", "--list"))
+    data = json.loads(run("ansible-inventory", "-i", site_inventory(tmp_path), "--list"))
     first = data["_meta"]["hostvars"]["b200-0"]
     with open(os.path.join(REPO, "playbooks", "vars", "b200-v2.yml")) as handle:
         profile = yaml.safe_load(handle)
