@@ -16,7 +16,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SECTION = re.compile(r"(README|docs/[\w-]+\.md)(?:\.md)?[,:]?\s+(?:section\s+)?[\"\u201c]([^\"\u201d]+)[\"\u201d]")
 # This repository's paths (DeepEP's own tests/... are not).
 PATH = re.compile(r"(?<![\w./-])((?:inventories|playbooks|roles|docs|plugins|requirements|scripts|molecule"
-                  r"|tests/(?:unit|integration|fixtures|sanity))/[\w.@/-]*[\w/])")
+                  r"|tests/(?:unit|integration|fixtures|sanity))/[\w.@/<>*-]*[\w/>*])")
 PLACEHOLDER = re.compile(r"<|\*|\{|my-|/results/[^/]*$|\.\.\.")
 IAM_ROLE = re.compile(r"^roles/[a-z]+\.[A-Za-z]+$")  # roles/compute.osAdminLogin is GCP's, not a folder here
 
