@@ -87,7 +87,7 @@ def test_doca_repository_pin_and_packages(host, name):
 
 def test_cuda(host, name):
     nvcc = host.run("/usr/local/cuda/bin/nvcc --version")
-    release = "12.9" if name == "b200-node" else "13.0"
+    release = "13.0" if name == "done-node" else "12.9"
     assert nvcc.rc == 0 and "release %s," % release in nvcc.stdout
     assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-%s" % release
     assert host.run("bash -lc 'command -v nvcc'").stdout.strip() == "/usr/local/cuda/bin/nvcc"
@@ -95,8 +95,16 @@ def test_cuda(host, name):
     if name == "b200-node":
         assert "[signed-by=/etc/apt/keyrings/cuda-archive-keyring.asc] file:/opt/moe-fixtures/repos/cuda /" in \
             repo.content_string
-        assert "Pin: release l=cuda\nPin-Priority: 600" in host.file(
-            "/etc/apt/preferences.d/cuda-repository-pin-600").content_string
+        pin = host.file("/etc/apt/preferences.d/cuda-repository-pin-600").content_string
+        # The toolkit's packages over the distribution's, the repository's others (the driver's) below them.
+        assert "Package: cuda-* libcublas*" in pin and "Pin: release l=cuda\nPin-Priority: 600" in pin
+        assert "Package: *\nPin: release l=cuda\nPin-Priority: 400" in pin
+        # The image's driver package is held: no upgrade takes the repository's.
+        assert "nvidia-utils-570" in host.run("apt-mark showhold").stdout.split()
+    elif name == "nonic-node":
+        # The image's cuda-keyring source was reused (no second entry for the repository); its lists were fetched.
+        assert not repo.exists and host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
+        assert host.run("apt-cache policy cuda-toolkit-12-9").stdout.count("file:/opt/moe-fixtures/repos/cuda") >= 1
     else:
         assert not repo.exists  # the pinned nvcc was there: nothing to install
 
@@ -137,7 +145,7 @@ DOCTOR_EXPECTED = {
     # (problems that must be found, checks that must be ok)
     "b200-node": ({"KF01", "KF03", "KF04", "KF17", "KF20", "KF23", "KF24", "KF30"}, {"KF14", "KF33", "KF35", "KF36"}),
     "done-node": (set(), {"KF01", "KF19", "KF20", "KF22", "KF24", "KF30", "KF33"}),
-    "nonic-node": ({"KF36"}, {"KF09", "KF21", "KF30"}),
+    "nonic-node": ({"KF36"}, {"KF09", "KF30"}),
 }
 
 
