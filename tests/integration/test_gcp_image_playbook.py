@@ -239,3 +239,18 @@ def test_a_bake_interrupted_half_way_resumes_where_it_stopped(api, tmp_path, int
     resize = [r for r in requests_made(state) if r["path"].endswith("/resize") and r["status"] == 200]
     assert [r["query"] for r in resize] == [{"size": ["1"]}]
     assert not record.exists()
+
+
+def test_image_only_leaves_the_group_to_its_owner(api):
+    # gcp_image_rollout=false: the node leaves the group and is imaged into the family; no template is made and the
+    # group is neither pointed at one nor resized (its Terraform or cluster-toolkit owner does that).
+    state, env = api
+    rc, out = bake(env, "-e", "gcp_image_rollout=false")
+    assert rc == 0, out
+    assert [c[1].rsplit("/", 1)[1] for c in changes(state)] == ["abandonInstances", "stop", "images"]
+    flat = re.sub(r"\s+", " ", out)
+    assert "The group a4-b200-mig was left to its owner: it is one instance smaller" in flat, flat
+    before = len(requests_made(state))
+    rc, out = bake(env, "-e", "gcp_image_rollout=false")
+    assert rc == 0 and recap(out)["changed"] == 0, out
+    assert [r["method"] for r in requests_made(state)[before:]] == ["GET"] * len(requests_made(state)[before:])
