@@ -722,7 +722,8 @@ CHECKS = [
           "rerun the deepep role (--tags deepep): it warms the cache after a build; remove corrupted kernel "
           "directories first", STATE, logs=[r"Corrupted JIT cache directory"], state=jit_cache),
     Check("MEMLOCK", "locked-memory limit (ulimit -l) below unlimited",
-          "LimitMEMLOCK=infinity / memlock unlimited in limits.conf", STATE, state=memlock),
+          "the memlock layer (system.yml: memlock unlimited in limits.d and systemd's DefaultLimitMEMLOCK, checked as "
+          "a user); a service: LimitMEMLOCK=infinity; a container: --ulimit memlock=-1:-1", STATE, state=memlock),
     Check("PYTAR", "the modules' Python cannot unpack untrusted archives as root",
           "Python 3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 or later (or the distribution's patched build: apt-get "
           "install --only-upgrade python3) as ansible_python_interpreter, or keep a build user (deepep_build_user)",

@@ -278,7 +278,9 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
         "doca_ofed_sysfs_root": str(node["sysfs"]), "nvidia_peermapping_sysfs_root": str(node["sysfs"]),
         "nvidia_peermapping_procfs_root": str(node["tmp"] / "proc"),
         "nvidia_peermapping_modprobe_dir": str(node["tmp"] / "modprobe.d"),
-        "cuda_version": "13.0", "deepep_site_report_dir": str(node["tmp"] / "site")})]
+        "cuda_version": "13.0", "deepep_site_report_dir": str(node["tmp"] / "site"),
+        # Locked memory on the fixture tree, with no user's login or service to check here.
+        "memlock_root": str(node["tmp"]), "memlock_verify_user": ""})]
     rc, changed, out = run(node, *site, playbook="site.yml")
     assert rc == 0, out
     order = re.findall(r"^PLAY \[(.*?)\]", out, re.M)

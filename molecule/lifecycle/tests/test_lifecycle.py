@@ -104,6 +104,16 @@ def test_initramfs_refreshed_for_the_conf_file(host):
     assert "etc/modprobe.d/nvidia-deepep.conf" in host.check_output("lsinitramfs /boot/initrd.img-$(uname -r)")
 
 
+def test_a_users_jobs_and_services_get_unlimited_locked_memory(host):
+    # Root's processes ignore RLIMIT_MEMLOCK; a user's job (a login session) and a service do not. The memlock
+    # layer wrote pam_limits' file and systemd's default, and checked both as nobody; checked here again.
+    assert "*    hard    memlock    unlimited" in host.file("/etc/security/limits.d/99-deepep-memlock.conf").content_string
+    login = host.run("runuser -l nobody -s /bin/sh -c 'ulimit -l'")
+    assert login.rc == 0 and login.stdout.strip() == "unlimited", login.stdout + login.stderr
+    service = host.run("systemd-run --wait --pipe --quiet -p User=nobody /bin/sh -c 'ulimit -l'")
+    assert service.rc == 0 and service.stdout.strip() == "unlimited", service.stdout + service.stderr
+
+
 def test_the_builds_ran_unprivileged(host):
     summary = json.load(open(os.path.join(RECORDS, "site", "%s-site.json" % HOST)))
     assert summary["deepep"]["fingerprint"] and summary["nvshmem"] and summary["gdrcopy"]
