@@ -104,6 +104,13 @@ def test_initramfs_refreshed_for_the_conf_file(host):
     assert "etc/modprobe.d/nvidia-deepep.conf" in host.check_output("lsinitramfs /boot/initrd.img-$(uname -r)")
 
 
+def test_no_kernel_upgrade_arrives_without_the_headers_dkms_needs(host):
+    # DOCA's modules are DKMS-built for the running kernel; its flavour's meta-package is held (doca_ofed_kernel_policy
+    # hold), so an upgrade cannot boot a kernel without them (the inbox mlx5 driver and rocep* names again).
+    flavour = host.check_output("uname -r").split("-", 2)[2]
+    assert "linux-image-%s" % flavour in host.check_output("apt-mark showhold").split()
+
+
 def test_a_users_jobs_and_services_get_unlimited_locked_memory(host):
     # Root's processes ignore RLIMIT_MEMLOCK; a user's job (a login session) and a service do not. The memlock
     # layer wrote pam_limits' file and systemd's default, and checked both as nobody; checked here again.
