@@ -39,8 +39,23 @@ def user_files(repo):
     return [n for n in names if os.path.isfile(os.path.join(repo, n))]
 
 
-def problems(repo):
+def repository_url(repo):
+    """galaxy.yml's repository: links to <it>/blob/main/<path> (or tree/main) stand for <path> of this tree, so that
+    they resolve inside the Galaxy artifact too, which leaves out the measured results."""
+    try:
+        with open(os.path.join(repo, "galaxy.yml"), encoding="utf-8") as handle:
+            match = re.search(r"^repository:\s*(\S+)", handle.read(), re.M)
+    except OSError:
+        return None
+    return match.group(1).rstrip("/") if match else None
+
+
+def problems(repo, repository_links_local=True):
+    """Every broken pointer. repository_links_local: a link to this repository's own URL is checked against the
+    tree (in the artifact, which lacks those files, it is left to the web)."""
     found = []
+    own = repository_url(repo)
+    own_link = re.compile(r"^%s/(?:blob|tree)/main/(.+)$" % re.escape(own)) if own else None
     markdown = [os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, "*.md"))
                 + glob.glob(os.path.join(repo, "docs", "**", "*.md"), recursive=True)]
     for name in sorted(set(markdown) | set(user_files(repo))):
@@ -60,11 +75,15 @@ def problems(repo):
             where = "%s:%d" % (name, number)
             if name.endswith(".md"):
                 for target in LINK.findall(line):
-                    if re.match(r"^[a-z]+:", target):
+                    mine = own_link.match(target) if own_link else None
+                    if re.match(r"^[a-z]+:", target) and not (mine and repository_links_local):
                         continue
                     path, frag = target.split("#", 1) if "#" in target else (target, "")
-                    full = os.path.normpath(os.path.join(repo, os.path.dirname(name), path)) if path else \
-                        os.path.join(repo, name)
+                    if mine:
+                        full = os.path.join(repo, mine.group(1).split("#", 1)[0])
+                    else:
+                        full = os.path.normpath(os.path.join(repo, os.path.dirname(name), path)) if path else \
+                            os.path.join(repo, name)
                     if not os.path.exists(full):
                         found.append("%s: link %s: no such file" % (where, target))
                     elif frag and full.endswith(".md") and frag not in [anchor(h) for h in headings(full)]:

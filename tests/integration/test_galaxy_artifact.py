@@ -4,6 +4,8 @@ scripts, CI, measured results or GPU test inventory."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -121,3 +123,21 @@ def test_the_collection_recipe_works_from_a_fresh_collections_path(tmp_path):
     run = subprocess.run([playbook, "site.yml", "-i", "inventory"], cwd=str(project), env=env, capture_output=True,
                          text=True, timeout=300, check=False)
     assert run.returncode != 0 and "The inventory gave no host to run on" in run.stdout, run.stdout + run.stderr
+
+
+def test_the_links_of_the_shipped_docs_resolve_inside_the_artifact(tmp_path):
+    # The artifact leaves out the measured results: the shipped docs link to them on the repository's site
+    # (galaxy.yml's repository), which scripts/check_doc_pointers.py checks against the tree in the repository.
+    result = subprocess.run([GALAXY, "collection", "build", "--output-path", str(tmp_path), str(fresh_checkout(tmp_path))],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    version = yaml.safe_load(open(os.path.join(REPO, "galaxy.yml")))["version"]
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(str(tmp_path / ("moe_infra-deepep-%s.tar.gz" % version))) as tar:
+        tar.extractall(str(unpacked), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    loader = importlib.machinery.SourceFileLoader("check_doc_pointers",
+                                                  os.path.join(REPO, "scripts", "check_doc_pointers.py"))
+    checker = importlib.util.module_from_spec(importlib.util.spec_from_loader("check_doc_pointers", loader))
+    loader.exec_module(checker)
+    dead = [p for p in checker.problems(str(unpacked), repository_links_local=False) if ": link " in p]
+    assert dead == []

@@ -53,3 +53,16 @@ def test_each_kind_of_broken_pointer_is_named(tmp_path):
 
 def test_this_repository_has_no_broken_pointer():
     assert checker.problems(REPO) == []
+
+
+def test_links_to_this_repository_are_checked_here_and_left_to_the_web_in_the_artifact(tmp_path):
+    files = dict(GOOD)
+    files["galaxy.yml"] = "repository: https://example.org/moe/deepep\n"
+    files["docs/results/run-1/README.md"] = "# run 1\n"
+    files["README.md"] = GOOD["README.md"] + (
+        "[run 1](https://example.org/moe/deepep/blob/main/docs/results/run-1/README.md) "
+        "[run 2](https://example.org/moe/deepep/tree/main/docs/results/run-2/)\n")
+    root = tree(tmp_path, files)
+    assert checker.problems(root) == [
+        "README.md:6: link https://example.org/moe/deepep/tree/main/docs/results/run-2/: no such file"]
+    assert checker.problems(root, repository_links_local=False) == []
