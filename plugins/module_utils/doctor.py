@@ -608,6 +608,42 @@ def python_tarfile(ev):
     return OK, "Python %s: tarfile data filter with the June 2025 fixes" % tar["python"]
 
 
+# The oldest driver branch each case needs: Blackwell GPUs (compute capability 10.x) came with R570, a CUDA 13
+# toolkit needs R580 (CUDA 12 toolkits run on R525 and later through minor-version compatibility).
+DRIVER_FOR_ARCH = ((10, 570), (9, 525))
+DRIVER_FOR_CUDA_MAJOR = {13: 580, 12: 525}
+
+
+def driver(ev):
+    gpus = ev.get("gpu_count") or 0
+    if not gpus:
+        return NOT_APPLICABLE, "no NVIDIA GPU"
+    loaded = (ev.get("driver_params") or {}).get("driver_loaded") or ev.get("driver_version")
+    if not loaded:
+        return PROBLEM, ("%d NVIDIA GPU(s) and no NVIDIA driver loaded (no /proc/driver/nvidia/params): every layer "
+                         "would install and build, and DeepEP's tests fail an hour later" % gpus)
+    version = version_tuple(ev.get("driver_version"))
+    if version is None:
+        return OK, "driver loaded (version not read)"
+    needs = []
+    caps = [version_tuple(g.get("compute_cap")) for g in ev.get("gpus") or []]
+    for major, branch in DRIVER_FOR_ARCH:
+        if any(cap and cap[0] >= major for cap in caps):
+            needs.append((branch, "compute capability %d.x" % major))
+            break
+    cuda = version_tuple((ev.get("cuda") or {}).get("release"))
+    if cuda and cuda[0] in DRIVER_FOR_CUDA_MAJOR:
+        needs.append((DRIVER_FOR_CUDA_MAJOR[cuda[0]], "CUDA %s" % ev["cuda"]["release"]))
+    short = [(branch, why) for branch, why in needs if version[0] < branch]
+    if short:
+        branch, why = max(short)
+        return PROBLEM, "driver %s, below R%d which %s needs" % (ev["driver_version"], branch, why), (
+            "a driver of branch %d or later: an image that ships it (GCP: the ubuntu-accelerator images with "
+            "NVIDIA's driver), or nvidia-open-%d from NVIDIA's CUDA repository, held (as Google's A4 blueprint "
+            "installs it), then a reboot" % (branch, branch))
+    return OK, "driver %s" % ev["driver_version"]
+
+
 def gpus_present(ev):
     count = ev.get("gpu_count") or 0
     if count:
@@ -728,6 +764,10 @@ CHECKS = [
           "Python 3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 or later (or the distribution's patched build: apt-get "
           "install --only-upgrade python3) as ansible_python_interpreter, or keep a build user (deepep_build_user)",
           STATE, state=python_tarfile, preflight=True),
+    Check("DRIVER", "NVIDIA GPUs without a loaded NVIDIA driver, or one below the branch they need",
+          "an image that ships the driver (GCP: the ubuntu-accelerator images with NVIDIA's driver; a plain "
+          "ubuntu-2204-lts has none), or install nvidia-open-<branch> from NVIDIA's CUDA repository and hold it "
+          "(as Google's A4 blueprint does), then reboot", STATE, state=driver, preflight=True),
     Check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE, state=gpus_present),
 ]
 

@@ -413,6 +413,8 @@ def gather(module, probe=True):
         "mlx5dv_header": any(os.path.exists(os.path.join(d, "infiniband", "mlx5dv.h")) for d in p["include_dirs"]),
         "ofed_version": None,
         "driver_params": driver_params(procfs, p["modprobe_dir"]),
+        # The loaded NVIDIA kernel module's version (MODULE_VERSION), read where preflight reads the GPUs.
+        "driver_version": read_attr(os.path.join(sysfs, "module", "nvidia", "version")),
         "nvidia_peermem_loaded": os.path.isdir(os.path.join(sysfs, "module", "nvidia_peermem")),
         "cuda": cuda_info(module, p["cuda_home"]),
         "libcuda": libcuda,

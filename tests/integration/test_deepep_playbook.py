@@ -20,6 +20,7 @@ from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.nvshmem_tree import make_nvshmem_tree
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
 from ansible_collections.moe_infra.deepep.tests.fixtures.wheel_index import make_wheel_index
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -273,7 +274,10 @@ def test_torch_pin_from_an_index_of_another_cuda_build_is_refused_before_any_cha
 
 
 def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
-    # The system layers report only (this host must not be reconfigured), on the node's fixture trees.
+    # The system layers report only (this host must not be reconfigured), on the node's fixture trees: a node with
+    # its NVIDIA driver loaded (preflight refuses one without, the doctor's DRIVER).
+    write_nvidia_params(str(node["tmp"] / "proc"))
+    write_nvidia_module_version(str(node["sysfs"]))
     site = ["-e", "@%s" % os.path.join(REPO, "playbooks", "vars", "report-only.yml"), "-e", json.dumps({
         "doca_ofed_sysfs_root": str(node["sysfs"]), "nvidia_peermapping_sysfs_root": str(node["sysfs"]),
         "nvidia_peermapping_procfs_root": str(node["tmp"] / "proc"),
@@ -294,7 +298,8 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     # The variables were checked once: the copies system.yml and deepep.yml start with matched no host.
     assert out.count("TASK [Check the variables set for this host]") == 1
     summary = json.loads((node["tmp"] / "site" / "localhost-site.json").read_text())
-    assert summary["reboot_pending"] is False and summary["peermapping"] == "driver_not_loaded"
+    # The driver runs without the regkey, which a node without RDMA NICs does not need: nothing to do, no reboot.
+    assert summary["reboot_pending"] is False and summary["peermapping"] == "absent"
     assert summary["gdrcopy"].startswith(str(node["prefix"] / "gdrcopy" / "builds"))
     assert summary["deepep"]["fingerprint"] and len(summary["deepep"]["tests"]) == 2
     # The doctor ran last, on what the layers left: DeepEP's stamp says 9.0, the fixture GPUs are 9.0 (KF07).

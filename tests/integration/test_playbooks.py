@@ -116,6 +116,18 @@ def test_site_preflight_stops_on_what_no_layer_fixes(tmp_path):
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
 
 
+def test_site_on_gpus_without_a_driver_stops_in_preflight_and_changes_nothing(tmp_path):
+    # A plain image (GCP's ubuntu-2204-lts, which the A4 VM blueprint boots before it installs nvidia-open-570):
+    # the GPUs are on the bus, no NVIDIA driver is loaded. Without this stop every layer would run for about an
+    # hour before DeepEP's tests failed.
+    machines.MACHINES["gcp_b200"](tmp_path / "sys")
+    rc, out = playbook("site.yml", tmp_path)
+    assert rc == 2, out
+    assert "localhost: DRIVER | 8 NVIDIA GPU(s) and no NVIDIA driver loaded" in out, out
+    assert "nvidia-open-<branch> from NVIDIA's CUDA repository" in out and "Nothing was changed." in out
+    assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+
+
 def test_doctor_on_a_node_without_gpus(tmp_path):
     out_dir = tmp_path / "doctor"
     rc, out = playbook("doctor.yml", tmp_path, "-e", "doctor_report_dir=%s" % out_dir,

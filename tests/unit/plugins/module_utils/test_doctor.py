@@ -161,6 +161,8 @@ TRIGGERS = {
     "JITCACHE": lambda ev: ev.update(deepep_version="v2", jit_cache=dict(JIT, kernels=0, bytes=0)),
     # V2 on a node without RDMA NICs whose env script leaves NCCL's Gin backend on (2 x H100, docs/results).
     "GIN": all_of(lambda ev: ev.update(deepep_version="v2"), no_hcas),
+    # A plain image (GCP's ubuntu-2204-lts, as the A4 VM blueprint boots before it installs nvidia-open-570).
+    "DRIVER": lambda ev: ev["driver_params"].update(driver_loaded=False),
 }
 # DeepEP V2's warmed JIT cache as docs/results/site-v2-h100 left it (jit_cache_stats).
 JIT = {"dir": "/opt/deepep/jit-cache", "exists": True, "kernels": 11, "corrupted": [], "bytes": 331776,
@@ -194,7 +196,8 @@ def test_check_is_quiet_on_the_healthy_node(check_id):
 
 # Checks that say ok (not just "not a problem") on the healthy node.
 HEALTHY_OK = ["KF01", "KF02", "KF03", "KF04", "KF05", "KF06", "KF07", "KF08", "KF09", "KF11", "KF12", "KF14", "KF17",
-              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "PYTAR", "GPUS"]
+              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "PYTAR", "DRIVER",
+              "GPUS"]
 
 
 @pytest.mark.parametrize("check_id", HEALTHY_OK)
@@ -403,7 +406,7 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|GPUS) \|", line)]
+        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|DRIVER|GPUS) \|", line)]
     assert rows == doctor.coverage()
 
 
@@ -469,3 +472,21 @@ def test_gin_off_without_rdma_and_the_assertion_line_named_by_gin_not_by_the_ncc
     # NCCL 2.30.7 is new enough: KF31 (the version) stays quiet on the same log.
     assert status_of("KF31", evidence(logged))["status"] == "ok"
     assert status_of("GIN", evidence(lambda ev: ev.update(deepep_version="v1")))["status"] == "not_applicable"
+
+
+def test_driver_branch_by_the_gpus_and_the_cuda_toolkit():
+    # BASE: 8 x B200 (10.0) with CUDA 12.9. R570 is their branch; R565 is not.
+    assert status_of("DRIVER", evidence(lambda ev: ev.update(driver_version="570.133.20")))["status"] == "ok"
+    old = status_of("DRIVER", evidence(lambda ev: ev.update(driver_version="565.57.01")))
+    assert old["status"] == "problem" and old["evidence"] == "driver 565.57.01, below R570 which compute capability 10.x needs"
+    assert "nvidia-open-570" in old["fix"]
+    # CUDA 13 needs R580, whatever the GPUs.
+    cuda13 = status_of("DRIVER", evidence(lambda ev: ev.update(driver_version="575.51.03",
+                                                               cuda=dict(BASE["cuda"], release="13.0"))))
+    assert cuda13["status"] == "problem" and "below R580 which CUDA 13.0 needs" in cuda13["evidence"]
+    hopper = status_of("DRIVER", evidence(lambda ev: ev.update(
+        driver_version="535.230.02", gpus=[{"index": 0, "compute_cap": "9.0"}], gpu_count=1)))
+    assert hopper["status"] == "ok" and hopper["evidence"] == "driver 535.230.02"
+    none = status_of("DRIVER", evidence(TRIGGERS["DRIVER"]))
+    assert none["evidence"].startswith("8 NVIDIA GPU(s) and no NVIDIA driver loaded")
+    assert status_of("DRIVER", evidence(lambda ev: ev.update(gpu_count=0, gpus=[])))["status"] == "not_applicable"

@@ -16,7 +16,7 @@ from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor a
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.cxx_objects import build_extension
-from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
+from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
 
 CONF = 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n'
 
@@ -31,6 +31,7 @@ def write(path, text, mode=0o644):
 def node(tmp_path, machine=machines.gcp_b200, registry_dwords="", conf=True):
     machine(str(tmp_path / "sys"))
     write_nvidia_params(str(tmp_path / "proc"), registry_dwords=registry_dwords)
+    write_nvidia_module_version(str(tmp_path / "sys"))
     (tmp_path / "modprobe.d").mkdir()
     if conf:
         write(tmp_path / "modprobe.d" / "nvidia-deepep.conf", CONF)
@@ -121,8 +122,10 @@ def test_container_markers_and_gdrdrv_package(run_module, tmp_path):
 def test_preflight_only_runs_what_no_layer_fixes(run_module, tmp_path):
     args = node(tmp_path)
     result, by_id = doctor(run_module, args, preflight_only=True, gdrcopy_kernel_module=True)
-    assert sorted(by_id) == ["KF10", "KF30", "KF33", "KF35", "PYTAR"]
+    assert sorted(by_id) == ["DRIVER", "KF10", "KF30", "KF33", "KF35", "PYTAR"]
     assert by_id["KF10"]["status"] == "problem"  # gdrdrv wanted, no nv-p2p.h under <root>/usr/src
+    # The driver the fixture node's procfs says is loaded, at the version its sysfs module directory gives.
+    assert by_id["DRIVER"]["status"] == "ok" and by_id["DRIVER"]["evidence"] == "driver 580.159.04", by_id["DRIVER"]
 
 
 def test_unknown_check_refused_before_reading_anything(run_module, tmp_path):
