@@ -631,9 +631,10 @@ def driver(ev):
         if any(cap and cap[0] >= major for cap in caps):
             needs.append((branch, "compute capability %d.x" % major))
             break
-    cuda = version_tuple((ev.get("cuda") or {}).get("release"))
-    if cuda and cuda[0] in DRIVER_FOR_CUDA_MAJOR:
-        needs.append((DRIVER_FOR_CUDA_MAJOR[cuda[0]], "CUDA %s" % ev["cuda"]["release"]))
+    for release in ((ev.get("cuda") or {}).get("release"), ev.get("cuda_planned")):
+        cuda = version_tuple(release)
+        if cuda and cuda[0] in DRIVER_FOR_CUDA_MAJOR:
+            needs.append((DRIVER_FOR_CUDA_MAJOR[cuda[0]], "CUDA %s" % release))
     short = [(branch, why) for branch, why in needs if version[0] < branch]
     if short:
         branch, why = max(short)

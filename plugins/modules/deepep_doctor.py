@@ -119,6 +119,12 @@ options:
     description: DeepEP generation configured (v1 or v2); empty for the one DeepEP's stamp records.
     type: str
     default: ""
+  cuda_version:
+    description:
+      - The CUDA toolkit release the cuda layer installs (its C(cuda_version)); with the one on the node it sets the
+        driver branch the C(DRIVER) check asks for (R580 for CUDA 13). Empty, the node's toolkit alone.
+    type: str
+    default: ""
   deepep_nvshmem_35_fix:
     description: "Whether the DeepEP ref carries PR #564/#696 (the deepep role's variable)."
     type: bool
@@ -415,6 +421,7 @@ def gather(module, probe=True):
         "driver_params": driver_params(procfs, p["modprobe_dir"]),
         # The loaded NVIDIA kernel module's version (MODULE_VERSION), read where preflight reads the GPUs.
         "driver_version": read_attr(os.path.join(sysfs, "module", "nvidia", "version")),
+        "cuda_planned": p["cuda_version"],
         "nvidia_peermem_loaded": os.path.isdir(os.path.join(sysfs, "module", "nvidia_peermem")),
         "cuda": cuda_info(module, p["cuda_home"]),
         "libcuda": libcuda,
@@ -477,6 +484,7 @@ def main():
             gdrcopy_kernel_module=dict(type="bool", default=False),
             nvshmem_method=dict(type="str", default="wheel", choices=["wheel", "source"]),
             deepep_version=dict(type="str", default=""),
+            cuda_version=dict(type="str", default=""),
             deepep_nvshmem_35_fix=dict(type="bool", default=True),
             checks=dict(type="list", elements="str", default=[]),
             preflight_only=dict(type="bool", default=False),

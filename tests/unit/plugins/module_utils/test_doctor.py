@@ -484,6 +484,9 @@ def test_driver_branch_by_the_gpus_and_the_cuda_toolkit():
     cuda13 = status_of("DRIVER", evidence(lambda ev: ev.update(driver_version="575.51.03",
                                                                cuda=dict(BASE["cuda"], release="13.0"))))
     assert cuda13["status"] == "problem" and "below R580 which CUDA 13.0 needs" in cuda13["evidence"]
+    # Before the cuda layer installs 13.0: the release it will install counts too.
+    planned = status_of("DRIVER", evidence(lambda ev: ev.update(driver_version="575.51.03", cuda_planned="13.0")))
+    assert planned["status"] == "problem" and "below R580 which CUDA 13.0 needs" in planned["evidence"]
     hopper = status_of("DRIVER", evidence(lambda ev: ev.update(
         driver_version="535.230.02", gpus=[{"index": 0, "compute_cap": "9.0"}], gpu_count=1)))
     assert hopper["status"] == "ok" and hopper["evidence"] == "driver 535.230.02"
