@@ -608,8 +608,8 @@ def python_tarfile(ev):
     return OK, "Python %s: tarfile data filter with the June 2025 fixes" % tar["python"]
 
 
-# The oldest driver branch each case needs: Blackwell GPUs (compute capability 10.x) came with R570, a CUDA 13
-# toolkit needs R580 (CUDA 12 toolkits run on R525 and later through minor-version compatibility).
+# The oldest driver branch each case needs: Blackwell GPUs (compute capability 10.x) came with R570; a CUDA 13
+# toolkit needs R580 and CUDA 12 toolkits R525 (NVIDIA's CUDA Compatibility guide, minor-version compatibility).
 DRIVER_FOR_ARCH = ((10, 570), (9, 525))
 DRIVER_FOR_CUDA_MAJOR = {13: 580, 12: 525}
 
