@@ -97,8 +97,12 @@ problems:
 """
 
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
+
+# A user name as useradd takes it: never an option to runuser or a property to systemd-run.
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 CONTAINER_MARKERS = ("run/.containerenv", ".dockerenv")
 
@@ -149,6 +153,9 @@ def main():
     if limit != "unlimited" and not limit.isdigit():
         module.fail_json(msg="limit: %r is not accepted; set memlock_limit to unlimited or a number of KiB. "
                              "Nothing was changed." % p["limit"])
+    if p["verify_user"] and not USER_NAME.match(p["verify_user"]):
+        module.fail_json(msg="verify_user: %r is not a user name; set memlock_verify_user to one (e.g. nobody), or "
+                             "empty to check nothing. Nothing was changed." % p["verify_user"])
     root = p["root"]
     result = dict(changed=False, written=[], reexec=False, container=in_container(root),
                   systemd=os.path.isdir(os.path.join(root, "run/systemd/system")), seen={})

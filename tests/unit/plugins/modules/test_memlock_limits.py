@@ -98,3 +98,10 @@ def test_a_bad_limit_is_refused_and_nothing_written(run_module, node):
     result, failed = run_module(module, {"root": str(node["root"]), "limit": "lots"})
     assert failed and "set memlock_limit to unlimited or a number of KiB" in result["msg"]
     assert not (node["root"] / "etc").exists()
+
+
+@pytest.mark.parametrize("user", ["-c id", "nobody\nroot", "User=root"])
+def test_a_verify_user_that_is_not_a_name_is_refused_before_anything(run_module, node, user):
+    result, failed = run_module(module, {"root": str(node["root"]), "verify_user": user})
+    assert failed and "set memlock_verify_user to one" in result["msg"]
+    assert not (node["root"] / "etc").exists() and node["calls"]() == []
