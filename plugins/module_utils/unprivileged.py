@@ -130,7 +130,20 @@ def end_processes_of(uid, since, marker):
                 ended.append(int(name))
             except OSError:
                 pass
+    # SIGKILL is delivered asynchronously: wait (bounded) until each is gone or a zombie, so that nothing of the
+    # step still runs when the caller reads or hands back what it wrote.
+    deadline = time.time() + 10
+    while ended and time.time() < deadline and any(_running(pid) for pid in ended):
+        time.sleep(0.02)
     return ended
+
+
+def _running(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def account_of(user):
