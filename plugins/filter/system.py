@@ -14,6 +14,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers imp
     doca_decision,
     doca_reboot_reason,
     doca_verify_problems,
+    driver_decision,
     gdrdrv_problems,
     peermapping_decision,
     reboot_plan,
@@ -33,6 +34,14 @@ def _dict(value, what):
 
 def nvidia_peermapping_decision(params, hca_count=0, force=False):
     return peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
+
+
+def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branch="580"):
+    try:
+        return driver_decision(_dict(gpu, "nvidia_gpu_info's result"), _dict(params, "nvidia_driver_params' result"),
+                               [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""))
+    except DecisionError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 def nvidia_driver_params_subset(params, registry_dwords=None, module_params=None):
@@ -92,6 +101,7 @@ class FilterModule(object):
         return {
             "nvidia_peermapping_decision": nvidia_peermapping_decision,
             "nvidia_driver_params_subset": nvidia_driver_params_subset,
+            "nvidia_driver_decision": nvidia_driver_decision,
             "doca_ofed_decision": doca_ofed_decision,
             "doca_ofed_state": doca_ofed_state,
             "dkms_missing": dkms_missing,

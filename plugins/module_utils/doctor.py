@@ -10,6 +10,10 @@ from __future__ import annotations
 import re
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import node_nccl, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import (
+    driver_branches_needed,
+    driver_packages,
+)
 
 OK = "ok"
 PROBLEM = "problem"
@@ -608,33 +612,36 @@ def python_tarfile(ev):
     return OK, "Python %s: tarfile data filter with the June 2025 fixes" % tar["python"]
 
 
-# The oldest driver branch each case needs: Blackwell GPUs (compute capability 10.x) came with R570; a CUDA 13
-# toolkit needs R580 and CUDA 12 toolkits R525 (NVIDIA's CUDA Compatibility guide, minor-version compatibility).
-DRIVER_FOR_ARCH = ((10, 570), (9, 525))
-DRIVER_FOR_CUDA_MAJOR = {13: 580, 12: 525}
-
-
 def driver(ev):
     gpus = ev.get("gpu_count") or 0
     if not gpus:
         return NOT_APPLICABLE, "no NVIDIA GPU"
     loaded = (ev.get("driver_params") or {}).get("driver_loaded") or ev.get("driver_version")
+    installed = ev.get("driver_packages") or []
+    planned = ev.get("driver_install") or ""
     if not loaded:
+        if planned and ev.get("preflight_only"):
+            needs = driver_branches_needed([g.get("compute_cap") for g in ev.get("gpus") or []],
+                                           [(ev.get("cuda") or {}).get("release"), ev.get("cuda_planned")])
+            short = [(branch, why) for branch, why in needs if not planned.isdigit() or int(planned) < branch]
+            if short:
+                branch, why = max(short)
+                return PROBLEM, ("no NVIDIA driver loaded, and nvidia_driver_branch %s is below R%d which %s needs"
+                                 % (planned, branch, why)), "set nvidia_driver_branch to %d or later" % branch
+            return OK, ("no NVIDIA driver loaded: the nvidia_driver layer %s %s (held) and reboots "
+                        "(nvidia_driver_install)" % ("finds" if installed else "installs",
+                                                     " ".join(installed or driver_packages(planned))))
+        if installed:
+            return PROBLEM, ("%s installed and no NVIDIA driver loaded: it loads at the next boot"
+                             % ", ".join(installed)), (
+                "reboot the node (site.yml with deepep_reboot=auto does it once and verifies the driver)")
         return PROBLEM, ("%d NVIDIA GPU(s) and no NVIDIA driver loaded (no /proc/driver/nvidia/params): every layer "
                          "would install and build, and DeepEP's tests fail an hour later" % gpus)
     version = version_tuple(ev.get("driver_version"))
     if version is None:
         return OK, "driver loaded (version not read)"
-    needs = []
-    caps = [version_tuple(g.get("compute_cap")) for g in ev.get("gpus") or []]
-    for major, branch in DRIVER_FOR_ARCH:
-        if any(cap and cap[0] >= major for cap in caps):
-            needs.append((branch, "compute capability %d.x" % major))
-            break
-    for release in ((ev.get("cuda") or {}).get("release"), ev.get("cuda_planned")):
-        cuda = version_tuple(release)
-        if cuda and cuda[0] in DRIVER_FOR_CUDA_MAJOR:
-            needs.append((DRIVER_FOR_CUDA_MAJOR[cuda[0]], "CUDA %s" % release))
+    needs = driver_branches_needed([g.get("compute_cap") for g in ev.get("gpus") or []],
+                                   [(ev.get("cuda") or {}).get("release"), ev.get("cuda_planned")])
     short = [(branch, why) for branch, why in needs if version[0] < branch]
     if short:
         branch, why = max(short)
@@ -767,8 +774,9 @@ CHECKS = [
           STATE, state=python_tarfile, preflight=True),
     Check("DRIVER", "NVIDIA GPUs without a loaded NVIDIA driver, or one below the branch they need",
           "an image that ships the driver (GCP: the ubuntu-accelerator images with NVIDIA's driver; a plain "
-          "ubuntu-2204-lts has none), or install nvidia-open-<branch> from NVIDIA's CUDA repository and hold it "
-          "(as Google's A4 blueprint does), then reboot", STATE, state=driver, preflight=True),
+          "ubuntu-2204-lts has none), or nvidia_driver_install: true (the nvidia_driver layer installs "
+          "nvidia-open-<branch> from NVIDIA's CUDA repository and holds it, as Google's A4 blueprint does, then "
+          "reboots)", STATE, state=driver, preflight=True),
     Check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE, state=gpus_present),
 ]
 

@@ -40,6 +40,15 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
 RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
 
 
+def loaded_module_version(sysfs_root):
+    """The loaded nvidia kernel module's version (<sysfs>/module/nvidia/version), None when none is loaded."""
+    try:
+        with open(os.path.join(sysfs_root, "module", "nvidia", "version")) as handle:
+            return handle.read().strip() or None
+    except (OSError, IOError):
+        return None
+
+
 def gpu_info(module, sysfs_root, nvidia_smi="nvidia-smi"):
     """NVIDIA GPUs from sysfs, enriched by nvidia-smi where it runs."""
     gpus = discover_gpus(sysfs_root)
@@ -65,6 +74,7 @@ def gpu_info(module, sysfs_root, nvidia_smi="nvidia-smi"):
         notes.append("compute capability unknown for %d of %d GPUs" % (len(gpus) - len(caps), len(gpus)))
     driver_versions = [gpu["driver_version"] for gpu in gpus if gpu["driver_version"]]
     return dict(
+        driver_module_version=loaded_module_version(sysfs_root),
         gpus=gpus,
         gpu_count=len(gpus),
         compute_caps=sorted(set(caps), key=lambda cap: tuple(int(p) for p in cap.split("."))),

@@ -127,6 +127,9 @@ def validate(site_vars, isdir=None, exists=None, options=None):
     if "cuda_version" in site_vars and str(site_vars["cuda_version"]) not in CUDA_VERSIONS:
         problems.append(_problem("cuda_version", site_vars["cuda_version"], " | ".join(CUDA_VERSIONS),
                                  "a CUDA release as major.minor"))
+    if "nvidia_driver_branch" in site_vars and not re.match(r"^\d{3}$", str(site_vars["nvidia_driver_branch"]).strip()):
+        problems.append(_problem("nvidia_driver_branch", site_vars["nvidia_driver_branch"],
+                                 "a driver branch like 570 or 580 (nvidia-open-<branch>)"))
 
     version = site_vars.get("deepep_version", "v1")
     if not site_vars.get("deepep_src") and "deepep_git_ref" in site_vars:
@@ -358,8 +361,8 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
 
 
 # The layer tags of site.yml / system.yml / deepep.yml, and Ansible's own special tags.
-LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl",
-              "deepep",
+LAYER_TAGS = ("preflight", "system", "doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy",
+              "nvshmem_ibgda", "nccl", "deepep",
               "deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")
 # Ansible's special tags, and molecule's (it skips notest and molecule-* tags on converge and idempotence).
 SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest")
@@ -369,7 +372,9 @@ SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged", "notest")
 LAYERS = (
     ("doca_ofed", ("doca_ofed", "system"), ()),
     ("cuda", ("cuda", "system"), ()),
+    ("nvidia_driver", ("nvidia_driver", "system"), ()),
     ("nvidia_peermapping", ("nvidia_peermapping", "system"), ()),
+    ("memlock", ("memlock", "system"), ()),
     ("gdrcopy", ("gdrcopy", "system"), ()),
     ("nvshmem_ibgda", ("nvshmem_ibgda",), ()),
     # DeepEP V2's NCCL: part of a --tags deepep run (a torch upgrade puts torch's own NCCL wheel back).

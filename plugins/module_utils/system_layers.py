@@ -1,11 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Decisions of the system layers (doca_ofed, nvidia_peermapping) and the reboot contract. Pure: inputs are
+"""Decisions of the system layers (doca_ofed, nvidia_driver, nvidia_peermapping) and the reboot contract. Pure: inputs are
 what the discovery modules return, outputs say what to do and why, so every branch has a unit test."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 DOCA_POLICIES = ("auto", "always", "never")
@@ -14,6 +15,80 @@ REBOOT_POLICIES = ("auto", "never")
 
 class DecisionError(ValueError):
     """Input a decision cannot be made from; the message names the variable and what is accepted."""
+
+
+# The oldest driver branch each case needs: Blackwell GPUs (compute capability 10.x) came with R570; a CUDA 13
+# toolkit needs R580 and CUDA 12 toolkits R525 (NVIDIA's CUDA Compatibility guide, minor-version compatibility).
+DRIVER_FOR_ARCH = ((10, 570), (9, 525))
+DRIVER_FOR_CUDA_MAJOR = {13: 580, 12: 525}
+
+
+def _major(text):
+    match = re.match(r"\s*(\d+)", str(text or ""))
+    return int(match.group(1)) if match else None
+
+
+def driver_branches_needed(compute_caps, cuda_releases):
+    """[(branch, why)] the GPUs (compute capabilities like '10.0') and the CUDA releases (the node's, the pinned
+    one) need; the largest branch is the one to have."""
+    needs = []
+    majors = [_major(cap) for cap in compute_caps or []]
+    for major, branch in DRIVER_FOR_ARCH:
+        if any(found is not None and found >= major for found in majors):
+            needs.append((branch, "compute capability %d.x" % major))
+            break
+    for release in cuda_releases or []:
+        major = _major(release)
+        if release and major in DRIVER_FOR_CUDA_MAJOR:
+            needs.append((DRIVER_FOR_CUDA_MAJOR[major], "CUDA %s" % release))
+    return needs
+
+
+def driver_packages(branch):
+    """What the nvidia_driver layer installs from NVIDIA's CUDA repository, as Google's A4 VM blueprint does for
+    plain images: the open kernel modules and the utilities (nvidia-smi) of one branch."""
+    return ["nvidia-open-%s" % branch, "nvidia-utils-%s" % branch]
+
+
+def driver_decision(gpu, params, cuda_releases=(), install=False, branch=""):
+    """What the nvidia_driver layer does on this node.
+
+    gpu: nvidia_gpu_info's result (gpus with compute_cap, driver_version); params: nvidia_driver_params' query
+    (driver_loaded); cuda_releases: the node's toolkit and the pinned one; install: nvidia_driver_install;
+    branch: nvidia_driver_branch. action: skip | nothing | install (then reboot) | refuse (preflight's DRIVER check
+    stops such a node before any change; said here too for a run of this layer alone).
+    """
+    gpus = gpu.get("gpus") or []
+    needs = driver_branches_needed([g.get("compute_cap") for g in gpus], cuda_releases)
+    need = max(needs) if needs else None
+    wanted = _major(branch)
+    if install and (wanted is None or str(branch).strip() != str(wanted)):
+        raise DecisionError("nvidia_driver_branch: %r is not a driver branch like 580" % (branch,))
+    if install and need and wanted < need[0]:
+        raise DecisionError("nvidia_driver_branch: %s is below R%d, which %s needs: set %d or later"
+                            % (wanted, need[0], need[1], need[0]))
+    base = {"branch": wanted if install else None, "packages": driver_packages(wanted) if install else [],
+            "needed": need[0] if need else None, "why": need[1] if need else ""}
+    if not gpus:
+        return dict(base, action="skip", packages=[], msg="skipped: no NVIDIA GPU")
+    version = gpu.get("driver_module_version") or gpu.get("driver_version")
+    loaded = params.get("driver_loaded") or version
+    if loaded:
+        major = _major(version)
+        if need and major is not None and major < need[0]:
+            return dict(base, action="refuse", packages=[],
+                        msg="driver %s loaded, below R%d which %s needs: not replaced by this layer (use an image "
+                            "with a newer driver, or remove it and set nvidia_driver_install)" % (version, need[0],
+                                                                                                 need[1]))
+        return dict(base, action="nothing", packages=[],
+                    msg="nothing: driver %s loaded" % (version or "(version not read)"))
+    if not install:
+        return dict(base, action="refuse",
+                    msg="no NVIDIA driver loaded: use an image with NVIDIA's driver, or set nvidia_driver_install "
+                        "to install it")
+    return dict(base, action="install",
+                msg="no NVIDIA driver loaded: install %s from NVIDIA's CUDA repository, hold them, reboot"
+                    % " ".join(base["packages"]))
 
 
 def peermapping_decision(hca_count, params, force=False):

@@ -125,6 +125,13 @@ options:
         driver branch the C(DRIVER) check asks for (R580 for CUDA 13). Empty, the node's toolkit alone.
     type: str
     default: ""
+  nvidia_driver_branch:
+    description:
+      - The driver branch the nvidia_driver layer installs in this run (its C(nvidia_driver_branch) when
+        C(nvidia_driver_install) is on); empty, none. With O(preflight_only) and no driver loaded, the C(DRIVER)
+        check then reports the plan instead of stopping the node.
+    type: str
+    default: ""
   deepep_nvshmem_35_fix:
     description: "Whether the DeepEP ref carries PR #564/#696 (the deepep role's variable)."
     type: bool
@@ -366,6 +373,17 @@ def dpkg_installed(root, package):
     return False
 
 
+def dpkg_driver_packages(root):
+    """The NVIDIA driver packages dpkg has installed (nvidia-open-<branch>, nvidia-driver-<branch>[-open])."""
+    text = read_attr(os.path.join(root, "var", "lib", "dpkg", "status"), "") or ""
+    found = []
+    for stanza in text.split("\n\n"):
+        match = re.search(r"^Package: (nvidia-(?:open|driver)-\d+(?:-open|-server|-server-open)?)$", stanza, re.M)
+        if match and "Status: install ok installed" in stanza:
+            found.append(match.group(1))
+    return sorted(found)
+
+
 def persisted_nccl_root(path):
     """The EP_NCCL_ROOT_DIR DeepEP V2's setup.py wrote into deep_ep/envs.py (KF37), or None."""
     try:
@@ -422,6 +440,9 @@ def gather(module, probe=True):
         # The loaded NVIDIA kernel module's version (MODULE_VERSION), read where preflight reads the GPUs.
         "driver_version": read_attr(os.path.join(sysfs, "module", "nvidia", "version")),
         "cuda_planned": p["cuda_version"],
+        "driver_install": p["nvidia_driver_branch"],
+        "driver_packages": dpkg_driver_packages(root),
+        "preflight_only": p["preflight_only"],
         "nvidia_peermem_loaded": os.path.isdir(os.path.join(sysfs, "module", "nvidia_peermem")),
         "cuda": cuda_info(module, p["cuda_home"]),
         "libcuda": libcuda,
@@ -485,6 +506,7 @@ def main():
             nvshmem_method=dict(type="str", default="wheel", choices=["wheel", "source"]),
             deepep_version=dict(type="str", default=""),
             cuda_version=dict(type="str", default=""),
+            nvidia_driver_branch=dict(type="str", default=""),
             deepep_nvshmem_35_fix=dict(type="bool", default=True),
             checks=dict(type="list", elements="str", default=[]),
             preflight_only=dict(type="bool", default=False),

@@ -121,6 +121,12 @@ driver_version:
   description: Driver version of the first GPU nvidia-smi reports; null without nvidia-smi.
   returned: always
   type: str
+driver_module_version:
+  description: Version of the loaded C(nvidia) kernel module (C(module/nvidia/version) under O(sysfs_root)); null when
+    no NVIDIA driver is loaded. Read without nvidia-smi.
+  returned: always
+  type: str
+  sample: 580.159.04
 nvidia_smi:
   description: Path of the nvidia-smi that was run, null when none was found or it failed.
   returned: always

@@ -65,6 +65,8 @@ CASES = [
     ({"doca_ofed_packages": {"doca-ofed": 1}}, "doca_ofed_packages"),
     ({"nvidia_peermapping_initramfs": "later"}, "nvidia_peermapping_initramfs"),
     ({"deepep_install_prerequisites": "maybe"}, "deepep_install_prerequisites"),
+    ({"nvidia_driver_install": "perhaps"}, "nvidia_driver_install"),
+    ({"nvidia_driver_branch": "580; touch {pwned}"}, "nvidia_driver_branch"),
 ]
 
 

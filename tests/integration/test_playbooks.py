@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
-from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_params
+from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -126,6 +126,60 @@ def test_site_on_gpus_without_a_driver_stops_in_preflight_and_changes_nothing(tm
     assert "localhost: DRIVER | 8 NVIDIA GPU(s) and no NVIDIA driver loaded" in out, out
     assert "nvidia-open-<branch> from NVIDIA's CUDA repository" in out and "Nothing was changed." in out
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+
+
+@pytest.mark.parametrize("branch, cuda, rc, line", [
+    ("580", "13.0", 0, r"DRIVER +ok +no NVIDIA driver loaded: the nvidia_driver layer installs"),
+    # A branch below what the CUDA pin needs (13.0: R580) is refused before any change (the GPUs' own need, R570
+    # for B200, is the unit tests': a toolkit on the machine running this test would count too).
+    ("575", "13.0", 2, re.escape("localhost: DRIVER | no NVIDIA driver loaded, and nvidia_driver_branch 575 is below "
+                                 "R580 which CUDA 13.0 needs | set nvidia_driver_branch to 580 or later")),
+])
+def test_site_with_the_driver_layer_lets_a_plain_image_through_preflight(tmp_path, branch, cuda, rc, line):
+    machines.MACHINES["gcp_b200"](tmp_path / "sys")
+    result, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e",
+                           "nvidia_driver_install=true nvidia_driver_branch=%s cuda_version=%s" % (branch, cuda))
+    assert result == rc, out
+    assert re.search(line, out), out
+    assert recap(out)["changed"] == 0
+
+
+VERIFY_PLAY = """- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: moe_infra.deepep.nvidia_driver
+        tasks_from: verify
+    - ansible.builtin.debug:
+        msg: "reasons {{ deepep_reboot_reasons | to_json }}"
+"""
+
+
+@pytest.mark.parametrize("loaded, message", [
+    ("580.105.08", None),
+    ("570.195.03", "nvidia_driver: after the reboot driver 570.195.03 is loaded, not branch 580 or later."),
+    (None, "nvidia_driver: after the reboot no NVIDIA driver is loaded (no {proc}/driver/nvidia/params). Look at "
+           "`dkms status`"),
+])
+def test_driver_verified_after_the_reboot(tmp_path, loaded, message):
+    sysfs, proc = tmp_path / "sys", tmp_path / "proc"
+    machines.MACHINES["gcp_b200"](sysfs)
+    if loaded:
+        write_nvidia_params(proc)
+        write_nvidia_module_version(str(sysfs), loaded)
+    play = tmp_path / "verify.yml"
+    play.write_text(VERIFY_PLAY)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+    result = subprocess.run([PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), str(play), "-e",
+                             "nvidia_driver_sysfs_root=%s nvidia_driver_procfs_root=%s nvidia_driver_branch=580"
+                             % (sysfs, proc)], env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = result.stdout + result.stderr
+    if message is None:
+        assert result.returncode == 0, out
+        assert 'reasons {\\"nvidia_driver\\": \\"\\"}' in out or 'reasons {"nvidia_driver": ""}' in out, out
+    else:
+        assert result.returncode == 2, out
+        assert message.format(proc=proc) in out, out
 
 
 def test_doctor_on_a_node_without_gpus(tmp_path):

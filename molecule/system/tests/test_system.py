@@ -48,18 +48,33 @@ def test_reboot_required_facts(name, state):
     expected = {
         "b200-node": (True, True, True, "configured_not_live"),
         "done-node": (False, False, False, "live"),
-        "nonic-node": (False, False, False, "absent"),
+        # No driver loaded (a plain image): the nvidia_driver layer installed one, which loads at the reboot.
+        "nonic-node": (False, False, True, "driver_not_loaded"),
     }[name]
     assert (state["doca_ofed_reboot_required"], state["nvidia_peermapping_reboot_required"],
             state["deepep_reboot_pending"], state["nvidia_peermapping_state"]) == expected
-    if name == "b200-node":
-        assert sorted(k for k, v in state["deepep_reboot_reasons"].items() if v) == ["doca_ofed",
-                                                                                     "nvidia_peermapping"]
+    reasons = sorted(k for k, v in state["deepep_reboot_reasons"].items() if v)
+    assert reasons == {"b200-node": ["doca_ofed", "nvidia_peermapping"], "done-node": [],
+                       "nonic-node": ["nvidia_driver"]}[name]
+    if name == "nonic-node":
+        assert state["deepep_reboot_reasons"]["nvidia_driver"] == ("nvidia-open-580 nvidia-utils-580 installed, no "
+                                                                   "NVIDIA driver loaded")
+
+
+def test_driver_installed_from_the_cuda_repository_and_held_only_where_none_was_loaded(host, name):
+    held = host.run("apt-mark showhold").stdout.split()
+    for package in ("nvidia-open-580", "nvidia-utils-580"):
+        if name == "nonic-node":
+            assert host.package(package).is_installed and package in held
+            # From the CUDA repository (the fixture's), pinned at 400 like the repository's other driver packages.
+            assert "400 file:/opt/moe-fixtures/repos/cuda" in host.check_output("apt-cache policy %s" % package)
+        else:
+            assert not host.package(package).is_installed  # a driver is loaded there: never replaced
 
 
 def test_gdrcopy_stamp_only_after_the_system_layers_settled(host, name, state):
     current = host.file("/opt/deepep/gdrcopy/current")
-    if name == "b200-node":
+    if name in ("b200-node", "nonic-node"):
         # Its play ended with the reboot pending: nothing after the system layers ran there.
         assert not host.file("/opt/deepep/gdrcopy").exists and state["gdrcopy_root"] is None
         return
@@ -145,7 +160,8 @@ DOCTOR_EXPECTED = {
     # (problems that must be found, checks that must be ok)
     "b200-node": ({"KF01", "KF03", "KF04", "KF17", "KF20", "KF23", "KF24", "KF30"}, {"KF14", "KF33", "KF35", "KF36"}),
     "done-node": (set(), {"KF01", "KF19", "KF20", "KF22", "KF24", "KF30", "KF33"}),
-    "nonic-node": ({"KF36"}, {"KF09", "KF30"}),
+    # DRIVER: the layer installed nvidia-open-580; no reboot yet, so none is loaded.
+    "nonic-node": ({"KF36", "DRIVER"}, {"KF09", "KF30"}),
 }
 
 
@@ -182,6 +198,9 @@ def test_doctor_finds_the_broken_fixtures(name, doctor_reports):
     assert all(status[i] == "ok" for i in healthy), dict((i, status[i]) for i in healthy)
     assert all(f["fix"] for f in report["findings"] if f["status"] == "problem")
     assert report["summary"]["problem"] == len(found)
+    if name == "nonic-node":
+        driver = [f for f in report["findings"] if f["id"] == "DRIVER"][0]
+        assert driver["evidence"] == "nvidia-open-580 installed and no NVIDIA driver loaded: it loads at the next boot"
     if name == "b200-node":
         kf30 = [f for f in report["findings"] if f["id"] == "KF30"][0]
         assert "internode.log: [rank 3] Fatal IPC Failure" in kf30["evidence"]
@@ -201,7 +220,9 @@ def test_a_host_that_does_not_come_back_fails_alone(host, name):
     # that hangs in firmware. The reboot module finds it first on its search path.
     host.run("printf '#!/bin/sh\\nexit 0\\n' > /usr/local/sbin/shutdown && chmod 755 /usr/local/sbin/shutdown")
     try:
+        # nonic-node's reboot (for its driver) is the lifecycle scenario's kind of test: a container cannot reboot.
         result = run_playbook("system.yml", "-e", "deepep_reboot=auto", "-e", "node_reboot_timeout=20",
+                              "-e", "nvidia_driver_install=false",
                               "-e", "node_reboot_post_delay=0",
                               "-e", "deepep_system_report_dir=%s" % os.path.join(EPHEMERAL, "reports-reboot"))
     finally:

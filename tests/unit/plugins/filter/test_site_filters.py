@@ -47,20 +47,26 @@ def test_fanout_roles_offline_miss_is_a_filter_error():
         FILTERS["deepep_fanout_roles"](plans, True)
 
 
+ALL_LAYERS = ["doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy", "nvshmem_ibgda", "nccl",
+              "deepep"]
+
+
 @pytest.mark.parametrize("run_tags, skip_tags, layers", [
-    (["all"], [], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep"]),
+    (["all"], [], ALL_LAYERS),
     # V2's NCCL comes with DeepEP (a torch upgrade puts torch's own NCCL back); a step tag selects DeepEP alone.
     (["deepep"], [], ["nccl", "deepep"]),
     (["nccl"], [], ["nccl"]),
     (["deepep_build"], [], ["deepep"]),
-    (["all"], ["deepep_verify"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl",
-                                  "deepep"]),
+    (["all"], ["deepep_verify"], ALL_LAYERS),
     (["all"], ["system"], ["nvshmem_ibgda", "nccl", "deepep"]),
-    (["system"], ["cuda"], ["doca_ofed", "nvidia_peermapping", "gdrcopy"]),
+    (["system"], ["cuda"], ["doca_ofed", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy"]),
+    # Each system layer has a tag of its own (--tags memlock was refused as naming no layer before).
+    (["memlock"], [], ["memlock"]),
+    (["nvidia_driver"], [], ["nvidia_driver"]),
     (["gdrcopy", "nvshmem_ibgda"], [], ["gdrcopy", "nvshmem_ibgda"]),
     (["preflight"], [], []),
-    (["tagged"], ["deepep"], ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda"]),
-    ([], None, ["doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep"]),
+    (["tagged"], ["deepep"], ALL_LAYERS[:-2]),
+    ([], None, ALL_LAYERS),
 ])
 def test_run_layers_follow_ansible_tag_rules(run_tags, skip_tags, layers):
     assert FILTERS["deepep_run_layers"](run_tags, skip_tags) == layers

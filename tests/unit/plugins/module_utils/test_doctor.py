@@ -493,3 +493,29 @@ def test_driver_branch_by_the_gpus_and_the_cuda_toolkit():
     none = status_of("DRIVER", evidence(TRIGGERS["DRIVER"]))
     assert none["evidence"].startswith("8 NVIDIA GPU(s) and no NVIDIA driver loaded")
     assert status_of("DRIVER", evidence(lambda ev: ev.update(gpu_count=0, gpus=[])))["status"] == "not_applicable"
+
+
+def test_driver_layer_planned_lets_preflight_through_and_a_pending_reboot_is_named():
+    missing = TRIGGERS["DRIVER"]
+    # nvidia_driver_install: preflight (the only mode that stops a node) sees the plan, not a problem.
+    planned = status_of("DRIVER", evidence(all_of(missing, lambda ev: ev.update(driver_install="580",
+                                                                                preflight_only=True))))
+    assert planned["status"] == "ok"
+    assert planned["evidence"] == ("no NVIDIA driver loaded: the nvidia_driver layer installs nvidia-open-580 "
+                                   "nvidia-utils-580 (held) and reboots (nvidia_driver_install)")
+    # A branch below what the B200s need stops the node before any change, naming the variable.
+    low = status_of("DRIVER", evidence(all_of(missing, lambda ev: ev.update(driver_install="565", preflight_only=True))))
+    assert low["status"] == "problem" and "nvidia_driver_branch 565 is below R570" in low["evidence"]
+    assert low["fix"] == "set nvidia_driver_branch to 570 or later"
+    # Installed by an earlier run whose reboot did not happen (deepep_reboot=never): preflight lets the layer
+    # reboot it; the full doctor says what is pending.
+    installed = all_of(missing, lambda ev: ev.update(driver_packages=["nvidia-open-580"]))
+    again = status_of("DRIVER", evidence(all_of(installed, lambda ev: ev.update(driver_install="580",
+                                                                              preflight_only=True))))
+    assert again["status"] == "ok" and "the nvidia_driver layer finds nvidia-open-580 (held)" in again["evidence"]
+    pending = status_of("DRIVER", evidence(all_of(installed, lambda ev: ev.update(driver_install="580"))))
+    assert pending["status"] == "problem"
+    assert pending["evidence"] == "nvidia-open-580 installed and no NVIDIA driver loaded: it loads at the next boot"
+    assert pending["fix"].startswith("reboot the node")
+    # Without the layer, the fix names it.
+    assert "nvidia_driver_install: true" in status_of("DRIVER", evidence(missing))["fix"]

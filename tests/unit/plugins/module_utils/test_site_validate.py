@@ -4,9 +4,11 @@ accepted; the defaults and the example inventories' values pass."""
 
 from __future__ import annotations
 
+import os
 import tarfile
 
 import pytest
+import yaml
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import defines_data_direct
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
@@ -17,6 +19,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate imp
     tag_problems,
     validate,
 )
+
+PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "playbooks")
 
 GOOD = {
     "deepep_version": "v1", "deepep_git_ref": "8a07e7e7ed57cfc63005f670d64d410cb30b061b",
@@ -216,6 +220,27 @@ def test_layer_tags_pass_and_typos_are_refused():
     assert run["msg"].startswith("--tags deepp: no layer or step has that tag; accepted: preflight, system, doca_ofed")
     (skip,) = tag_problems(["all"], ["verify"])
     assert skip["msg"].startswith("--skip-tags verify: no layer or step has that tag")
+
+
+def test_every_tag_the_playbooks_give_a_role_is_accepted():
+    # --tags memlock was refused as naming no layer while system.yml tagged the memlock role with it.
+    tags = set()
+    for name in ("site.yml", "system.yml", "deepep.yml"):
+        with open(os.path.join(PLAYBOOKS, name)) as handle:
+            for play in yaml.safe_load(handle):
+                for entry in play.get("roles") or []:
+                    tags.update(entry.get("tags") or [])
+                for task in play.get("tasks") or []:
+                    tags.update(task.get("tags") or [])
+    assert "memlock" in tags and "nvidia_driver" in tags
+    assert [tag for tag in sorted(tags) if tag_problems([tag], [])] == []
+
+
+def test_driver_branch_must_be_a_branch_number():
+    (problem,) = validate({"nvidia_driver_branch": "580-open"})
+    assert problem["msg"] == ("nvidia_driver_branch: '580-open' is not accepted; accepted: a driver branch like 570 "
+                              "or 580 (nvidia-open-<branch>)")
+    assert validate({"nvidia_driver_branch": "570"}) == []
 
 
 def _stack(torch="2.11.0+cu130", nccl="2.28.9", nccl_wheel=None):

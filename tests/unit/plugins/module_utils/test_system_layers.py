@@ -172,3 +172,35 @@ def test_gdrdrv_refused_in_containers_and_without_sources():
     problems = sl.gdrdrv_problems(["/run/.containerenv"], [], False)
     assert [p.split(" ")[0] for p in problems] == ["this", "no", "no"]
     assert "(KF35)" in problems[0] and "(KF10)" in problems[1]
+
+
+B200 = {"gpus": [{"index": i, "compute_cap": "10.0"} for i in range(8)], "driver_version": None,
+        "driver_module_version": None}
+
+
+def test_driver_installed_only_where_none_is_loaded_and_asked_for():
+    no_driver = {"driver_loaded": False}
+    plan = sl.driver_decision(B200, no_driver, ["12.9"], install=True, branch="580")
+    assert plan["action"] == "install" and plan["packages"] == ["nvidia-open-580", "nvidia-utils-580"]
+    assert plan["needed"] == 570 and plan["why"] == "compute capability 10.x"
+    refused = sl.driver_decision(B200, no_driver, ["12.9"])
+    assert refused["action"] == "refuse" and "set nvidia_driver_install" in refused["msg"]
+    loaded = dict(B200, driver_module_version="580.159.04")
+    assert sl.driver_decision(loaded, {"driver_loaded": True}, ["13.0"], True, "580")["action"] == "nothing"
+    # A loaded driver is never replaced, even one too old: named, not swapped.
+    old = sl.driver_decision(dict(B200, driver_module_version="565.57.01"), {"driver_loaded": True}, ["12.9"],
+                             install=True, branch="580")
+    assert old["action"] == "refuse" and old["packages"] == [] and "below R570" in old["msg"]
+    assert sl.driver_decision({"gpus": []}, no_driver, [], install=True, branch="580")["action"] == "skip"
+
+
+@pytest.mark.parametrize("branch, releases, message", [
+    ("570", ["13.0"], "nvidia_driver_branch: 570 is below R580, which CUDA 13.0 needs: set 580 or later"),
+    ("565", ["12.9"], "nvidia_driver_branch: 565 is below R570, which compute capability 10.x needs"),
+    ("580-open", [], "nvidia_driver_branch: '580-open' is not a driver branch like 580"),
+    ("", [], "nvidia_driver_branch: '' is not a driver branch like 580"),
+])
+def test_driver_branch_below_the_need_or_malformed_is_refused(branch, releases, message):
+    with pytest.raises(sl.DecisionError) as exc:
+        sl.driver_decision(B200, {"driver_loaded": False}, releases, install=True, branch=branch)
+    assert str(exc.value).startswith(message)
