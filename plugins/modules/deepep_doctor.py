@@ -369,7 +369,7 @@ def dpkg_installed(root, package):
     text = read_attr(os.path.join(root, "var", "lib", "dpkg", "status"), "") or ""
     for stanza in text.split("\n\n"):
         if re.search(r"^Package: %s$" % re.escape(package), stanza, re.M):
-            return "Status: install ok installed" in stanza
+            return bool(re.search(r"^Status: \S+ ok installed$", stanza, re.M))  # install or hold
     return False
 
 
@@ -379,7 +379,7 @@ def dpkg_driver_packages(root):
     found = []
     for stanza in text.split("\n\n"):
         match = re.search(r"^Package: (nvidia-(?:open|driver)-\d+(?:-open|-server|-server-open)?)$", stanza, re.M)
-        if match and "Status: install ok installed" in stanza:
+        if match and re.search(r"^Status: \S+ ok installed$", stanza, re.M):  # install or hold
             found.append(match.group(1))
     return sorted(found)
 

@@ -128,6 +128,26 @@ def test_preflight_only_runs_what_no_layer_fixes(run_module, tmp_path):
     assert by_id["DRIVER"]["status"] == "ok" and by_id["DRIVER"]["evidence"] == "driver 580.159.04", by_id["DRIVER"]
 
 
+def test_a_held_driver_package_waiting_for_its_reboot(run_module, tmp_path):
+    # What the nvidia_driver layer leaves on a plain image until the reboot: the packages installed and held
+    # (dpkg's status says "hold ok installed"), no driver loaded. The fixture's dpkg status lays it out as dpkg does.
+    args = node(tmp_path)
+    shutil.rmtree(str(tmp_path / "proc" / "driver"))
+    shutil.rmtree(str(tmp_path / "sys" / "module" / "nvidia"))
+    write(tmp_path / "root" / "var" / "lib" / "dpkg" / "status",
+          "Package: nvidia-utils-580\nStatus: hold ok installed\nVersion: 580.105.08-0ubuntu1\n\n"
+          "Package: nvidia-open-580\nStatus: hold ok installed\nVersion: 580.105.08-0ubuntu1\n\n"
+          "Package: nvidia-open-570\nStatus: deinstall ok config-files\nVersion: 570.195.03-0ubuntu1\n")
+    result, by_id = doctor(run_module, args, checks=["DRIVER"])
+    assert by_id["DRIVER"]["status"] == "problem"
+    assert by_id["DRIVER"]["evidence"] == ("nvidia-open-580 installed and no NVIDIA driver loaded: it loads at the "
+                                           "next boot")
+    # In preflight, with the layer on, the layer reboots it: the node goes on.
+    result, by_id = doctor(run_module, args, checks=["DRIVER"], preflight_only=True, nvidia_driver_branch="580")
+    assert by_id["DRIVER"]["status"] == "ok" and "the nvidia_driver layer finds nvidia-open-580" in \
+        by_id["DRIVER"]["evidence"]
+
+
 def test_unknown_check_refused_before_reading_anything(run_module, tmp_path):
     result, failed = run_module(module, {"checks": ["KF01", "KF99"], "sysfs_root": str(tmp_path / "missing")})
     assert failed
