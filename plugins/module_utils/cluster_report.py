@@ -7,6 +7,9 @@ JSON document, and that document as one self-contained HTML page (inline CSS, no
 from __future__ import annotations
 
 import html
+from urllib.parse import quote
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import CHECKS, FIXED_BY_LAYER
 
 FORMAT = 1
 # The matrix's columns, in the order the layers are provisioned.
@@ -35,6 +38,10 @@ SOURCES = ("site", "doctor", "internode")
 ACTIONS = {"none": "up to date", "build": "built", "cache": "from the cache", "artifact": "from another node",
            "wait": "from another node"}
 KEPT_RUNS = 20
+# Where the doctor's entries are read (the collection's repository, as galaxy.yml names it); a check's row there.
+DOCTOR_DOC = "https://github.com/moe-infra/ansible-collection-deepep/blob/main/docs/doctor.md"
+PREFLIGHT_CHECKS = set(check.id for check in CHECKS if check.preflight)
+TITLES = dict((check.id, check.title) for check in CHECKS)
 
 
 def _get(data, path):
@@ -137,7 +144,7 @@ def layer_cells(site):
                                               + (["results of the run at %s" % earlier] if earlier else []))}
 
     doctor = site.get("doctor") or {}
-    cells["doctor"] = _doctor_cell(doctor)
+    cells["doctor"] = _doctor_cell(doctor, [p.get("id") for p in site.get("problems") or []])
     for cell in cells.values():
         cell.setdefault("fingerprint", None)
     return cells
@@ -151,12 +158,15 @@ def _jit_warmup(run):
     return "JIT warm-up %s s: %d kernels compiled (cache %s)" % (run.get("seconds"), jit.get("compiled") or 0, size)
 
 
-def _doctor_cell(summary):
+def _doctor_cell(summary, ids=()):
+    """ids: the problems' check ids, named in the cell (up to three, then how many more)."""
     if not summary:
         return {"state": "unknown", "text": "not run", "detail": "", "fingerprint": None}
     problems = int(summary.get("problem") or 0)
+    ids = list(ids or [])
+    named = ", ".join(ids[:3]) + (" +%d" % (len(ids) - 3) if len(ids) > 3 else "") if ids else ""
     return {"state": "failed" if problems else "ok",
-            "text": "%d problem%s" % (problems, "" if problems == 1 else "s") if problems else "clean",
+            "text": named or ("%d problem%s" % (problems, "" if problems == 1 else "s")) if problems else "clean",
             "detail": "%s ok, %s not applicable, %s unknown" % (
                 summary.get("ok", 0), summary.get("not_applicable", 0), summary.get("unknown", 0)),
             "fingerprint": None}
@@ -212,14 +222,16 @@ def carry_forward(previous, record):
     return out
 
 
-def merge(previous, source, playbook, at, hosts, targeted, check_mode=False):
+def merge(previous, source, playbook, at, hosts, targeted, check_mode=False, reasons=None, inventory=""):
     """The report after a run: previous (the report so far, or None), source (site | doctor | internode), hosts
     ({host: that run's record}), targeted (every host the run was meant for: those missing from hosts dropped
-    out). A host's best bandwidth per metric is kept across runs."""
+    out), reasons ({host: why it stopped}, where the playbook knows it), inventory (what the page's commands name).
+    A host's best bandwidth per metric is kept across runs."""
     if source not in SOURCES:
         raise ValueError("source must be one of %s, not %r" % (", ".join(SOURCES), source))
     report = previous if isinstance(previous, dict) and previous.get("format") == FORMAT else {}
-    report = {"format": FORMAT, "runs": list(report.get("runs") or []), "hosts": dict(report.get("hosts") or {})}
+    report = {"format": FORMAT, "runs": list(report.get("runs") or []), "hosts": dict(report.get("hosts") or {}),
+              "inventory": inventory or report.get("inventory") or ""}
     dropped = sorted(set(targeted or []) - set(hosts))
     report["runs"] = (report["runs"] + [{"source": source, "playbook": playbook, "at": at, "check_mode": check_mode,
                                          "hosts": sorted(hosts), "dropped": dropped}])[-KEPT_RUNS:]
@@ -243,7 +255,8 @@ def merge(previous, source, playbook, at, hosts, targeted, check_mode=False):
         report["hosts"][name] = entry
     for name in dropped:
         entry = dict(report["hosts"].get(name) or {})
-        entry["dropped"] = {"at": at, "playbook": playbook}
+        entry["dropped"] = {"at": at, "playbook": playbook, "why": (reasons or {}).get(name) or (
+            "failed or unreachable in %s (its error is in that run's output)" % (playbook or "the run"))}
         report["hosts"][name] = entry
     return report
 
@@ -280,6 +293,8 @@ td.cell{min-width:92px}td.cell .text{font-weight:600}td.cell .fp{font:11px ui-mo
 .mark{position:absolute;top:-3px;bottom:-3px;width:2px}.mark.threshold{background:#111}.mark.best{background:#ef6c00}
 .legend span{margin-right:16px}.legend i{display:inline-block;width:12px;height:12px;vertical-align:-2px;margin-right:4px}
 .nic{font:12px ui-monospace,monospace}.small{font-size:12px;color:#5a6475}
+pre.cmd{font:12px ui-monospace,monospace;background:#f2f4f8;padding:4px 6px;margin:4px 0 0;white-space:pre-wrap}
+#problems td:first-child{border-left:4px solid #b71c1c}
 """
 
 
@@ -291,6 +306,23 @@ def _gb(value):
     return "%.2f GB/s" % value
 
 
+def agreeing_cells(entry):
+    """A host's matrix cells, where the doctor's newest findings overrule its layers: a layer whose check found a
+    problem is not shown as fine."""
+    site = site_view(entry)
+    cells = layer_cells(site) if site else {}
+    problems = host_problems(entry)
+    if not site and entry.get("doctor"):
+        cells["doctor"] = _doctor_cell((entry["doctor"] or {}).get("summary") or {}, [p.get("id") for p in problems])
+    for layer in set(FIXED_BY_LAYER.get(p.get("id")) for p in problems) & set(name for name, dummy in LAYERS):
+        ids = [p.get("id") for p in problems if FIXED_BY_LAYER.get(p.get("id")) == layer]
+        cell = dict(cells.get(layer) or {"text": "no report", "detail": "", "fingerprint": None})
+        cells[layer] = dict(cell, state="failed", text="%s: %s" % (cell.get("text"), ", ".join(ids)),
+                            detail="; ".join(["doctor: %s" % p.get("evidence") for p in problems if p.get("id") in ids]
+                                             + ([cell["detail"]] if cell.get("detail") else [])))
+    return cells
+
+
 def _matrix(hosts):
     rows = ["<table id=\"matrix\"><thead><tr><th>node</th>%s<th>last run</th></tr></thead><tbody>"
             % "".join("<th>%s</th>" % _e(title) for dummy, title in LAYERS)]
@@ -298,21 +330,21 @@ def _matrix(hosts):
         entry = hosts[name]
         site = site_view(entry)
         dropped = entry.get("dropped")
-        cells = layer_cells(site) if site else {}
-        if not site and entry.get("doctor"):
-            cells["doctor"] = _doctor_cell((entry["doctor"] or {}).get("summary") or {})
+        cells = agreeing_cells(entry)
         parts = ["<tr data-host=\"%s\"><th>%s%s</th>" % (_e(name), _e(name),
                  " <span class=\"badge state-dropped\">dropped out</span>" if dropped else "")]
         for layer, dummy in LAYERS:
             cell = cells.get(layer) or {"state": "unknown", "text": "no report", "detail": "", "fingerprint": None}
-            state = "dropped" if dropped and cell["state"] not in ("failed",) and site is None else cell["state"]
+            # A host that dropped out: what it had before is no longer known to hold, so nothing of it is green.
+            state = "dropped" if dropped else cell["state"]
             parts.append("<td class=\"cell state-%s\" data-layer=\"%s\" data-state=\"%s\" title=\"%s\">"
                          "<div class=\"text\">%s</div>%s</td>"
                          % (state, layer, state, _e(cell.get("detail")), _e(cell["text"]),
                             "<div class=\"fp\">%s</div>" % _e(cell["fingerprint"]) if cell.get("fingerprint") else ""))
         last = dropped["at"] if dropped else entry.get("site_at") or entry.get("doctor_at") or entry.get("internode_at")
-        parts.append("<td class=\"small\">%s%s</td></tr>" % (
-            "dropped out of %s at " % _e(dropped["playbook"]) if dropped else "", _e(last)))
+        parts.append("<td class=\"small\">%s%s%s</td></tr>" % (
+            "dropped out of %s at " % _e(dropped["playbook"]) if dropped else "", _e(last),
+            ": %s" % _e(dropped.get("why")) if dropped and dropped.get("why") else ""))
         rows.append("".join(parts))
     rows.append("</tbody></table>")
     return "\n".join(rows)
@@ -372,7 +404,8 @@ def _traffic(hosts):
         idle = set(traffic.get("idle") or [])
         for port in ports:
             sent, received = port.get("xmit_bytes") or 0, port.get("rcv_bytes") or 0
-            state = "failed" if port.get("nic") in idle else "ok"
+            # A NIC that sent or received nothing carried none of this run's traffic both ways.
+            state = "failed" if port.get("nic") in idle or not sent or not received else "ok"
             rows.append("<tr class=\"state-%s\" data-nic=\"%s\"><td class=\"nic\">%s</td><td>%s</td><td>%s</td><td>"
                         "<div class=\"track\" style=\"width:240px\"><div class=\"bar %s\" style=\"width:%.2f%%\"></div>"
                         "</div></td></tr>" % (state, _e(port.get("nic")), _e(port.get("nic")), _bytes(sent),
@@ -392,21 +425,74 @@ def _bytes(count):
     return str(count)
 
 
-def _problems(hosts):
-    rows = []
+def host_problems(entry):
+    """The doctor's problems on a host as its newest record says (the doctor's own run when it is newer than
+    site.yml's)."""
+    found = (entry.get("site") or {}).get("problems")
+    doctor = entry.get("doctor") or {}
+    if doctor and (entry.get("doctor_at") or "") >= (entry.get("site_at") or ""):
+        found = [f for f in doctor.get("findings") or [] if f.get("status") == "problem"]
+    return list(found or [])
+
+
+def _command(report_inventory, nodes, layer=None):
+    return "ansible-playbook playbooks/site.yml -i %s --limit %s%s" % (
+        report_inventory or "<inventory>", ",".join(nodes), " --tags %s" % layer if layer else "")
+
+
+def problem_groups(hosts, inventory=""):
+    """The problems across nodes, one group per failure: [{id, title, nodes, evidence, fix, command, doc, why}],
+    worst first: hosts that dropped out, then what stops a node before any change (preflight), then by how many
+    nodes have it, then by id. A dropped host's earlier findings are stale: only its drop is listed."""
+    groups = {}
+    dropped = []
     for name in sorted(hosts):
         entry = hosts[name]
-        found = (entry.get("site") or {}).get("problems")
-        doctor = entry.get("doctor") or {}
-        if doctor and (entry.get("doctor_at") or "") >= (entry.get("site_at") or ""):
-            found = [f for f in doctor.get("findings") or [] if f.get("status") == "problem"]
-        for problem in found or []:
-            rows.append("<tr data-host=\"%s\" data-id=\"%s\"><td>%s</td><td><b>%s</b> %s</td><td>%s</td><td>%s</td></tr>"
-                        % (_e(name), _e(problem.get("id")), _e(name), _e(problem.get("id")), _e(problem.get("title")),
-                           _e(problem.get("evidence")), _e(problem.get("fix"))))
-    if not rows:
+        if entry.get("dropped"):
+            dropped.append(name)
+            continue
+        for problem in host_problems(entry):
+            check = problem.get("id") or "?"
+            group = groups.setdefault(check, {"id": check, "title": problem.get("title") or TITLES.get(check, ""),
+                                              "nodes": [], "evidence": {}, "fix": problem.get("fix") or ""})
+            group["nodes"].append(name)
+            group["evidence"][name] = problem.get("evidence") or ""
+    ordered = []
+    for name in dropped:
+        why = hosts[name]["dropped"]
+        ordered.append({"id": "DROPPED", "title": "dropped out of %s at %s" % (why.get("playbook"), why.get("at")),
+                        "nodes": [name], "evidence": {name: why.get("why") or "no reason recorded"},
+                        "fix": "fix what stopped it (the reason, and that run's output), then run the node again",
+                        "command": _command(inventory, [name]), "doc": None})
+    for group in sorted(groups.values(), key=lambda g: (g["id"] not in PREFLIGHT_CHECKS, -len(g["nodes"]), g["id"])):
+        layer = FIXED_BY_LAYER.get(group["id"])
+        group["command"] = _command(inventory, group["nodes"], layer) if layer else None
+        group["doc"] = "%s#:~:text=%s" % (DOCTOR_DOC, quote("| %s |" % group["id"])) if group["id"] in TITLES else None
+        ordered.append(group)
+    return ordered
+
+
+def _problems(hosts, inventory=""):
+    groups = problem_groups(hosts, inventory)
+    if not groups:
         return "<p id=\"problems-none\">The doctor found no problem on any node.</p>"
-    return ("<table id=\"problems\"><thead><tr><th>node</th><th>problem</th><th>evidence</th><th>fix</th></tr>"
+    rows = []
+    for group in groups:
+        nodes = group["nodes"]
+        evidence = sorted(set(group["evidence"].values()))
+        shown = group["evidence"][nodes[0]] if len(evidence) == 1 else "; ".join(
+            "%s: %s" % (node, group["evidence"][node]) for node in nodes[:3]) + (
+            " (and %d more)" % (len(nodes) - 3) if len(nodes) > 3 else "")
+        what = "<b>%s</b> %s" % (_e(group["id"]), _e(group["title"]))
+        if group["doc"]:
+            what += " <a class=\"small\" href=\"%s\">doctor entry</a>" % _e(group["doc"])
+        fix = _e(group["fix"])
+        if group["command"]:
+            fix += "<pre class=\"cmd\">%s</pre>" % _e(group["command"])
+        rows.append("<tr data-id=\"%s\" data-nodes=\"%s\"><td>%s</td><td><b>%d</b> node%s: %s</td><td>%s</td>"
+                    "<td>%s</td></tr>" % (_e(group["id"]), _e(",".join(nodes)), what, len(nodes),
+                                          "" if len(nodes) == 1 else "s", _e(", ".join(nodes)), _e(shown), fix))
+    return ("<table id=\"problems\"><thead><tr><th>problem</th><th>where</th><th>evidence</th><th>fix</th></tr>"
             "</thead><tbody>%s</tbody></table>" % "".join(rows))
 
 
@@ -419,7 +505,7 @@ def render_html(report):
         if entry.get("dropped"):
             counts["dropped"] += 1
             continue
-        cells = layer_cells(site_view(entry)) if entry.get("site") else {}
+        cells = agreeing_cells(entry)
         bad = [c for c in cells.values() if c["state"] in ("failed", "reboot")]
         counts["attention" if bad else "ok"] += 1
     dropped = [name for name in sorted(hosts) if hosts[name].get("dropped")]
@@ -434,6 +520,8 @@ def render_html(report):
 <div class="meta">Last run: <b id="last-run">%s</b> at %s (%s). %d node(s) in this report.</div>
 <div class="counts" id="counts"><span class="badge state-ok">%d ready</span><span class="badge state-reboot">%d need
 attention</span><span class="badge state-dropped">%d dropped out</span></div>
+<h2>Problems, worst first, and what to run</h2>
+%s
 <h2>Nodes and layers</h2>
 %s
 <p class="legend small"><span class="badge state-ok">ok</span> <span class="badge state-changed">changed this run</span>
@@ -444,8 +532,6 @@ Fingerprints identify each build; hover a cell for the detail.</p>
 %s
 <h2>Internode traffic per NIC</h2>
 %s
-<h2>Problems and their fixes</h2>
-%s
 <h2>Hosts that dropped out</h2>
 <p id="dropped">%s</p>
 <h2>Runs</h2>
@@ -453,5 +539,8 @@ Fingerprints identify each build; hover a cell for the detail.</p>
 <tbody>%s</tbody></table>
 </body></html>
 """ % (CSS, _e(last.get("playbook")), _e(last.get("at")), _e(last.get("source")), len(hosts), counts["ok"],
-       counts["attention"], counts["dropped"], _matrix(hosts), _bars(hosts), _traffic(hosts), _problems(hosts),
-       _e(", ".join(dropped)) if dropped else "none", history)
+       counts["attention"], counts["dropped"], _problems(hosts, report.get("inventory")), _matrix(hosts), _bars(hosts),
+       _traffic(hosts), "; ".join("%s (%s at %s: %s)" % (_e(name), _e(hosts[name]["dropped"].get("playbook")),
+                                                       _e(hosts[name]["dropped"].get("at")),
+                                                       _e(hosts[name]["dropped"].get("why") or "no reason recorded"))
+                                  for name in dropped) if dropped else "none", history)

@@ -652,6 +652,23 @@ def driver(ev):
     return OK, "driver %s" % ev["driver_version"]
 
 
+# The layer whose run fixes what a check finds (its tag in site.yml): the report page names the command, and the
+# layer's cell shows the problem. Checks a layer cannot fix (the node, the image, the job) are absent.
+FIXED_BY_LAYER = {
+    "KF01": "doca_ofed", "KF14": "doca_ofed", "KF19": "doca_ofed", "KF27": "doca_ofed",
+    "KF09": "cuda",
+    "DRIVER": "nvidia_driver",
+    "KF20": "nvidia_peermapping", "KF23": "nvidia_peermapping",
+    "MEMLOCK": "memlock",
+    "KF02": "gdrcopy",
+    "KF11": "nvshmem_ibgda", "KF15": "nvshmem_ibgda", "KF24": "nvshmem_ibgda", "KF26": "nvshmem_ibgda",
+    "KF31": "nccl", "KF37": "nccl",
+    "KF03": "deepep", "KF04": "deepep", "KF05": "deepep", "KF06": "deepep", "KF07": "deepep", "KF08": "deepep",
+    "KF12": "deepep", "KF16": "deepep", "KF17": "deepep", "KF18": "deepep", "KF21": "deepep", "KF25": "deepep",
+    "KF36": "deepep", "GIN": "deepep", "CXXRT": "deepep", "JITCACHE": "deepep",
+}
+
+
 def gpus_present(ev):
     count = ev.get("gpu_count") or 0
     if count:

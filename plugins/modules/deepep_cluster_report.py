@@ -14,9 +14,11 @@ description:
   - >-
     Merges one run's per-host records into O(dest)C(/report.json) and renders O(dest)C(/report.html) from it: a
     self-contained page (inline CSS, no script, nothing fetched) with a node x layer matrix (state, version,
-    fingerprint; changed, failed, reboot pending), DeepEP's bandwidths per node as bars against their thresholds
-    and the best seen on that node, internode traffic per NIC, the doctor's problems with their fixes, and the
-    hosts that dropped out.
+    fingerprint; changed, failed, reboot pending; a layer the doctor finds broken is not shown as fine), the
+    doctor's problems first, grouped by failure across nodes, worst first, each with its fix, the command that
+    reruns the layer that fixes it and a link to its doctor entry, DeepEP's bandwidths per node as bars against
+    their thresholds and the best seen on that node, internode traffic per NIC (one-way or no traffic is not
+    green), and the hosts that dropped out, with when and why.
   - Earlier runs stay in the report; a host's record of one kind (site, doctor, internode) is replaced by the
     newest. Hosts in O(targeted) but not in O(hosts) are marked as dropped out of this run.
   - Meant to run once per play on the controller (C(run_once), C(delegate_to) C(localhost)); the playbooks of this
@@ -49,6 +51,18 @@ options:
     default: []
   playbook:
     description: The playbook's name, shown in the report.
+    type: str
+    default: ""
+  reasons:
+    description: >-
+      Why hosts of O(targeted) stopped, where the playbook knows it (C({host: message}); C(site.yml) passes what
+      stopped a host in preflight). Shown with the host that dropped out; without one the page says the error is in
+      that run's output.
+    type: dict
+    default: {}
+  inventory:
+    description: The inventory the page's commands name (C(-i)); empty keeps the one recorded before, else
+      C(<inventory>).
     type: str
     default: ""
 attributes:
@@ -111,10 +125,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import (
     LAYERS,
     SOURCES,
-    layer_cells,
+    agreeing_cells,
     merge,
     render_html,
-    site_view,
 )
 
 
@@ -135,7 +148,7 @@ def summary_lines(report, names):
             continue
         if not entry.get("site"):
             continue
-        cells = layer_cells(site_view(entry))
+        cells = agreeing_cells(entry)
         lines.append("%s: %s" % (name, ", ".join("%s %s" % (title, cells[layer]["text"] if cells[layer]["state"] in
                                                             ("ok", "skipped") else "%s (%s)" % (cells[layer]["text"],
                                                             cells[layer]["state"]))
@@ -152,6 +165,8 @@ def main():
             hosts=dict(type="dict", required=True),
             targeted=dict(type="list", elements="str", default=[]),
             playbook=dict(type="str", default=""),
+            reasons=dict(type="dict", default={}),
+            inventory=dict(type="str", default=""),
         ),
         required_one_of=[("dest", "records_dir")],
         supports_check_mode=True,
@@ -174,7 +189,9 @@ def main():
             previous = None  # a report cut off half-written: start again
     at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     report = merge(previous, source, module.params["playbook"], at, hosts, module.params["targeted"],
-                   check_mode=module.check_mode)
+                   check_mode=module.check_mode, reasons=dict((str(k), str(v)) for k, v in
+                                                              module.params["reasons"].items()),
+                   inventory=module.params["inventory"])
     records = dict((os.path.join(records_dir, "%s-%s.json" % (name, source)), record)
                    for name, record in sorted(hosts.items())) if records_dir else {}
     result = dict(changed=True, html=paths.get("html"), json=paths.get("json"), records=sorted(records),

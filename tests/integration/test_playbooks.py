@@ -126,6 +126,13 @@ def test_site_on_gpus_without_a_driver_stops_in_preflight_and_changes_nothing(tm
     assert "localhost: DRIVER | 8 NVIDIA GPU(s) and no NVIDIA driver loaded" in out, out
     assert "nvidia-open-<branch> from NVIDIA's CUDA repository" in out and "Nothing was changed." in out
     assert recap(out)["changed"] == 0 and recap(out)["failed"] == 1
+    # Every host stopped in preflight: the cluster report is still written, the host dropped out with why.
+    with open(str(tmp_path / "report" / "report.json")) as handle:
+        dropped = json.load(handle)["hosts"]["localhost"]["dropped"]
+    assert dropped["playbook"] == "site.yml (preflight)"
+    assert dropped["why"].startswith("localhost: DRIVER | 8 NVIDIA GPU(s) and no NVIDIA driver loaded"), dropped
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert 'data-id="DROPPED" data-nodes="localhost"' in page and "8 NVIDIA GPU(s) and no NVIDIA driver" in page
 
 
 @pytest.mark.parametrize("branch, cuda, rc, line", [

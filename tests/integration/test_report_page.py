@@ -26,7 +26,7 @@ RECORDED = os.path.join(REPO, "tests", "fixtures", "cluster_report", "molecule-s
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 # What the page paints (its CSS): the matrix's ok / changed / failed / dropped cells and the passing bars.
 COLOURS = {"ok": (0xd9, 0xf2, 0xdc), "changed": (0xd6, 0xe6, 0xfb), "failed": (0xf8, 0xd0, 0xd0),
-           "dropped": (0xe8, 0xd8, 0xf0), "bar_pass": (0x2e, 0x7d, 0x32)}
+           "dropped": (0xe8, 0xd8, 0xf0), "bar_pass": (0x2e, 0x7d, 0x32), "problem_mark": (0xb7, 0x1c, 0x1c)}
 
 
 @pytest.fixture
@@ -93,6 +93,24 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     found = parse(dom)
 
     # The matrix: one row per node of the recorded run, one cell per layer; node4 dropped out of the last run.
+    # First under the counts: the problems, one row per failure across the nodes, worst first (the host that dropped
+    # out, with why and when; then by how many nodes), each with its fix, the command where a layer fixes it, and
+    # a link to its doctor entry. node4's earlier findings are stale and not repeated.
+    assert dom.index('id="problems"') < dom.index('id="matrix"') < dom.index('id="bandwidth"')
+    groups = [(e["attrs"]["data-id"], e["attrs"]["data-nodes"]) for e in found
+              if e["tag"] == "tr" and e["attrs"].get("data-id")]
+    assert groups == [("DROPPED", "node4"), ("KF12", "node1,node2,node3"), ("KF15", "node1,node2,node3"),
+                      ("KF27", "node1,node2,node3"), ("KF28", "node1,node2,node3"), ("MEMLOCK", "node1,node2,node3")]
+    commands = [e["text"] for e in found if e["tag"] == "pre"]
+    assert commands == ["ansible-playbook playbooks/site.yml -i <inventory> --limit node4",
+                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags deepep",
+                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags nvshmem_ibgda",
+                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags doca_ofed",
+                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags memlock"]
+    links = [e["attrs"]["href"] for e in found if e["tag"] == "a"]
+    assert len(links) == 5 and all(link.startswith(
+        "https://github.com/moe-infra/ansible-collection-deepep/blob/main/docs/doctor.md#") for link in links)
+
     rows = dict((e["attrs"]["data-host"], e["text"]) for e in found if e["tag"] == "tr" and e["attrs"].get("data-host")
                 and e["attrs"].get("data-nic") is None and "data-id" not in e["attrs"])
     assert sorted(rows) == ["node1", "node2", "node3", "node4"]
@@ -102,10 +120,18 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     states = dict(((c["attrs"]["data-layer"]), c["attrs"]["data-state"]) for c in cells)
     assert set(states) == {"doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep",
                            "tests", "doctor"}
-    # A V1 run: no NCCL layer, shown as skipped.
-    assert {c["attrs"]["data-state"] for c in cells if c["attrs"]["data-layer"] == "nccl"} == {"skipped"}
-    tests = [c["text"].strip() for c in cells if c["attrs"]["data-layer"] == "tests"]
+    live = [c for c in cells[:3 * 9]]  # node1-3 (rows in name order); node4's nine follow
+    # A V1 run: no NCCL layer, shown as skipped; node4 dropped out: none of its cells is green.
+    assert {c["attrs"]["data-state"] for c in live if c["attrs"]["data-layer"] == "nccl"} == {"skipped"}
+    assert {c["attrs"]["data-state"] for c in cells[3 * 9:]} == {"dropped"}
+    tests = [c["text"].strip() for c in live if c["attrs"]["data-layer"] == "tests"]
     assert all(text.startswith("passed") for text in tests), tests
+    # The layers agree with the doctor: KF15 (NVSHMEM on RoCE) on each live node makes its NVSHMEM cell a problem,
+    # KF12 its DeepEP cell, KF27 its DOCA-OFED cell; the doctor cell names the problems.
+    for layer, text in (("nvshmem_ibgda", "3.4.5: KF15"), ("deepep", "v1: KF12"), ("doctor", "KF12, KF15, KF27 +2")):
+        found_cells = [(c["attrs"]["data-state"], c["text"].strip()) for c in live if c["attrs"]["data-layer"] == layer]
+        # (The text, then the build's fingerprint where there is one.)
+        assert [(state, shown.startswith(text)) for state, shown in found_cells] == [("failed", True)] * 3, found_cells
 
     # DeepEP's bars: five figures per node against the scenario's thresholds (dispatch_fp8 240, dispatch 240).
     bars = [e["attrs"] for e in found if "bar " in e["attrs"].get("class", "") + " " and e["attrs"].get("data-metric")]
@@ -113,10 +139,13 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     fp8 = [b for b in bars if b["data-metric"] == "intranode/dispatch_fp8"]
     assert [(b["data-gbps"], b["class"]) for b in fp8] == [("246.63", "bar pass")] * 4
 
-    # Internode: every node's eight NICs carried traffic.
+    # Internode: every node's eight NICs sent 256 MiB and received nothing (the containers' stand-in counters count
+    # only what is sent): one-way traffic is not a green bar.
     nics = [e["attrs"] for e in found if e["attrs"].get("data-nic")]
-    assert len(nics) == 4 * 8 and {n["class"] for n in nics} == {"state-ok"}
-    assert [e["text"] for e in found if e["attrs"].get("id") == "dropped"] == ["node4"]
+    assert len(nics) == 4 * 8 and {n["class"] for n in nics} == {"state-failed"}
+    # When and where it dropped out (this record predates stored reasons: it says so).
+    assert [e["text"] for e in found if e["attrs"].get("id") == "dropped"] == [
+        "node4 (site.yml at 2026-11-24 07:41:59 UTC: no reason recorded)"]
 
     # What is displayed: the matrix's colours and the green bars are painted.
     shot = tmp_path / "report.png"
@@ -126,5 +155,11 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     assert (width, height) == (650, 950)
     painted = dict((name, sum(row.count(colour) for row in rows_px)) for name, colour in COLOURS.items())
     assert painted["ok"] > 500 and painted["bar_pass"] > 500 and painted["dropped"] > 50, painted
+    # The first screen an on-call engineer sees (1300 x 900): the problems are on it.
+    first = tmp_path / "first-screen.png"
+    browse(path, tmp_path, "--window-size=1300,900", "--screenshot=%s" % first)
+    width, height, rows_px = png_pixels(str(first))
+    marked = [y for y, row in enumerate(rows_px) if COLOURS["problem_mark"] in row]
+    assert marked and max(marked) < 900 and len(marked) > 6 * 20, (len(marked), marked[:3])
     if os.environ.get("REPORT_SCREENSHOT_OUT"):
         browse(path, tmp_path, "--window-size=1300,1900", "--screenshot=%s" % os.environ["REPORT_SCREENSHOT_OUT"])

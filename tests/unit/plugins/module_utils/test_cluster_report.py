@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -78,7 +79,8 @@ def test_layer_cells_read_the_record():
     assert cells["nvshmem_ibgda"]["state"] == "changed" and cells["nvshmem_ibgda"]["text"] == "3.5.19"
     assert cells["deepep"]["state"] == "ok" and cells["deepep"]["fingerprint"] == "b150d5a96c6f39ea"
     assert cells["tests"] == {"state": "ok", "text": "passed", "detail": "", "fingerprint": None}
-    assert cells["doctor"]["state"] == "failed" and cells["doctor"]["text"] == "2 problems"
+    # The cell names the problems, not only how many.
+    assert cells["doctor"]["state"] == "failed" and cells["doctor"]["text"] == "KF12, MEMLOCK"
 
 
 def test_reboot_pending_and_failed_tests_show_as_such():
@@ -110,7 +112,13 @@ def test_merge_keeps_the_best_and_marks_who_dropped_out():
                           ["a", "b"])
     assert second["hosts"]["a"]["best"]["intranode/dispatch_fp8"] == 250.0  # the best seen, not the last
     assert second["hosts"]["a"]["site"]["deepep"]["verification"][0]["result"]["best"]["dispatch_fp8"]["gbps"] == 241.0
-    assert second["hosts"]["b"]["dropped"] == {"at": "t2", "playbook": "site.yml"}
+    assert second["hosts"]["b"]["dropped"] == {"at": "t2", "playbook": "site.yml",
+                                               "why": "failed or unreachable in site.yml (its error is in that run's "
+                                                      "output)"}
+    # Where the playbook knows why (preflight's stop), that is kept.
+    told = report.merge(json.loads(json.dumps(first)), "site", "site.yml", "t2", {}, ["a", "b"],
+                        reasons={"b": "DRIVER | 8 NVIDIA GPU(s) and no NVIDIA driver loaded"})
+    assert told["hosts"]["b"]["dropped"]["why"] == "DRIVER | 8 NVIDIA GPU(s) and no NVIDIA driver loaded"
     assert second["hosts"]["b"]["site"]  # what it had before stays visible
     assert [run["dropped"] for run in second["runs"]] == [[], ["b"]]
     third = report.merge(second, "doctor", "doctor.yml", "t3", {"b": {"summary": {"problem": 0}, "findings": []}},
@@ -137,13 +145,19 @@ def test_page_shows_matrix_bars_traffic_problems_and_dropped():
                           {"node-a": {"rank": 0, "world_size": 2, "passed": False, "traffic": traffic}},
                           ["node-a"])
     page = report.render_html(merged)
-    assert "<script" not in page and "http" not in page.replace("http-equiv", "")  # nothing to fetch or run
+    # Nothing to fetch or run: no script, no resource; the only URLs are links to the doctor's entries.
+    assert "<script" not in page and " src=" not in page and "<link" not in page
+    assert re.findall(r"https?://[^\s\"]+", page) == re.findall(r'<a class="small" href="(https://[^"]+)"', page)
     found = parse(page)
     cells = dict(((e["attrs"].get("data-layer"), e["text"].strip()), e["attrs"]["data-state"]) for e in found
                  if e["attrs"].get("data-layer") and "data-state" in e["attrs"])
     assert cells[("tests", "failed: intranode")] == "failed"
     rows = [e for e in found if e["tag"] == "tr" and e["attrs"].get("data-host") == "node-c"]
-    assert "dropped out" in rows[0]["text"]
+    assert "dropped out" in rows[0]["text"] and "failed or unreachable in site.yml" in rows[0]["text"]
+    # None of a dropped host's cells stays green: what it had is no longer known to hold.
+    row = page.split('<tr data-host="node-c">')[1].split("</tr>")[0]
+    assert len(re.findall(r'data-layer="', row)) == len(report.LAYERS)
+    assert set(re.findall(r'data-state="([a-z]+)"', row)) == {"dropped"}
     bars = dict((e["attrs"]["data-metric"], e) for e in found if e["attrs"].get("data-host") == "node-a"
                 and "bar" in e["attrs"].get("class", "") and e["attrs"].get("data-metric"))
     assert bars["intranode/dispatch_fp8"]["attrs"]["class"] == "bar fail"
@@ -152,9 +166,15 @@ def test_page_shows_matrix_bars_traffic_problems_and_dropped():
     assert "threshold 240.00 GB/s, best 250.00 GB/s" in page
     nic_rows = dict((e["attrs"]["data-nic"], e["attrs"]["class"]) for e in found if e["attrs"].get("data-nic"))
     assert nic_rows == {"mlx5_0:1": "state-ok", "mlx5_1:1": "state-failed"}
-    problems = [e["attrs"]["data-id"] for e in found if e["attrs"].get("data-id")]
-    assert sorted(problems) == ["KF12", "KF12", "KF12", "MEMLOCK", "MEMLOCK", "MEMLOCK"]
-    assert [e["text"] for e in found if e["attrs"].get("id") == "dropped"] == ["node-c"]
+    # One row per failure across the nodes, worst first: the drop, then by how many nodes; a dropped host's earlier
+    # findings are not repeated. Each names the command that fixes it where a layer does.
+    groups = [(e["attrs"]["data-id"], e["attrs"]["data-nodes"]) for e in found
+              if e["tag"] == "tr" and e["attrs"].get("data-id")]
+    assert groups == [("DROPPED", "node-c"), ("KF12", "node-a,node-b"), ("MEMLOCK", "node-a,node-b")]
+    assert "ansible-playbook playbooks/site.yml -i &lt;inventory&gt; --limit node-a,node-b --tags memlock" in page
+    assert "ansible-playbook playbooks/site.yml -i &lt;inventory&gt; --limit node-c</pre>" in page
+    assert page.index('id="problems"') < page.index('id="matrix"')  # the first thing under the counts
+    assert [e["text"] for e in found if e["attrs"].get("id") == "dropped"][0].startswith("node-c (site.yml at t2: ")
 
 
 def test_page_escapes_what_it_shows():
@@ -190,3 +210,24 @@ def test_a_run_with_fewer_layers_keeps_the_others_as_they_were():
     # The source NVSHMEM built in the first run is shown as there, not as built again.
     assert cells["nvshmem_ibgda"]["state"] == "ok" and cells["nvshmem_ibgda"]["text"] == "3.5.19"
     assert cells["gdrcopy"] == {"state": "ok", "text": "up to date", "fingerprint": "dcf8dadb22c8c19a", "detail": ""}
+
+
+def test_a_layer_the_doctor_finds_broken_is_not_green_and_the_groups_order():
+    # Two nodes: KF15 (NVSHMEM on RoCE) on both, KF10 (stops preflight) on one; the NVSHMEM cell follows the doctor.
+    a, b = site_summary(), site_summary()
+    kf15 = {"id": "KF15", "title": "ibv_create_ah_from_wc: Unable to create ah on RoCE", "status": "problem",
+            "evidence": "NVSHMEM 3.4.5 on RoCE", "fix": "the ibv_ah_attr memset patch"}
+    kf10 = {"id": "KF10", "title": "nv-p2p.h missing (gdrdrv)", "status": "problem", "evidence": "no nv-p2p.h",
+            "fix": "install nvidia-kernel-source-<ver>"}
+    a["problems"], b["problems"] = [kf15], [kf15, kf10]
+    merged = report.merge(None, "site", "site.yml", "t1", {"a": a, "b": b}, ["a", "b"], inventory="inventories/x")
+    cells = report.agreeing_cells(merged["hosts"]["a"])
+    assert cells["nvshmem_ibgda"]["state"] == "failed" and cells["nvshmem_ibgda"]["text"] == "3.5.19: KF15"
+    assert cells["nvshmem_ibgda"]["detail"].startswith("doctor: NVSHMEM 3.4.5 on RoCE")
+    groups = report.problem_groups(merged["hosts"], "inventories/x")
+    # What stops a node before any change first, then by how many nodes.
+    assert [(g["id"], g["nodes"]) for g in groups] == [("KF10", ["b"]), ("KF15", ["a", "b"])]
+    assert groups[1]["command"] == "ansible-playbook playbooks/site.yml -i inventories/x --limit a,b --tags nvshmem_ibgda"
+    assert groups[0]["command"] is None  # no layer fixes it: the fix says what to do
+    assert groups[1]["doc"].endswith("docs/doctor.md#:~:text=%7C%20KF15%20%7C")
+

@@ -19,7 +19,9 @@ def test_writes_then_merges_the_next_run(run_module, tmp_path):
     result, failed = run_module(module, args)
     assert not failed and result["dropped"] == [], result
     assert result["summary"][0].startswith("n1: DOCA-OFED installed, CUDA 12.9, PeerMapping live, GDRCopy up to date")
-    assert "NVSHMEM 3.5.19 (changed)" in result["summary"][0] and "Doctor 2 problems (failed)" in result["summary"][0]
+    assert "NVSHMEM 3.5.19 (changed)" in result["summary"][0] and "Doctor KF12, MEMLOCK (failed)" in result["summary"][0]
+    # The line agrees with the doctor: KF12 (cannot find -lcuda) is the DeepEP layer's.
+    assert "DeepEP v1: KF12 (failed)" in result["summary"][0]
     assert (dest / "report.html").read_text().startswith("<!DOCTYPE html>")
 
     result, failed = run_module(module, dict(args, hosts={"n1": site_summary()}))
