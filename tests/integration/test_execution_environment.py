@@ -6,6 +6,7 @@ the image itself needs a registry and is not run here."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import subprocess
@@ -60,3 +61,20 @@ def test_ansible_builder_renders_the_context_and_finds_the_collections_requireme
     wanted_system = bindep.read_text()
     assert "openssh-client [platform:dpkg]  # from collection moe_infra.deepep" in wanted_system, wanted_system
     assert "git [platform:dpkg]  # from collection moe_infra.deepep" in wanted_system, wanted_system
+
+
+# Base images with a published lifecycle: the last day each is maintained (Red Hat's RHEL 9 life cycle for UBI 9).
+MAINTAINED_UNTIL = {"registry.access.redhat.com/ubi9/ubi": datetime.date(2032, 5, 31)}
+
+
+def test_the_base_image_is_maintained():
+    with open(os.path.join(REPO, "execution-environment.yml")) as handle:
+        name = yaml.safe_load(handle)["images"]["base_image"]["name"]
+    image = name.rsplit(":", 1)[0]
+    assert image in MAINTAINED_UNTIL, "%s: no known lifecycle (fedora:41, the base before, is past its end)" % name
+    assert MAINTAINED_UNTIL[image] > datetime.date.today()
+    # What UBI's repositories do not carry is not asked of them.
+    with open(os.path.join(REPO, "bindep.txt")) as handle:
+        rpm = [line.split()[0] for line in handle if "platform:rpm" in line and not line.startswith("#")]
+    assert "sshpass" not in rpm and sorted(rpm) == ["git-core", "openssh-clients"]
+
