@@ -66,6 +66,7 @@ CASES = [
     ({"nvidia_peermapping_initramfs": "later"}, "nvidia_peermapping_initramfs"),
     ({"deepep_install_prerequisites": "maybe"}, "deepep_install_prerequisites"),
     ({"nvidia_driver_install": "perhaps"}, "nvidia_driver_install"),
+    ({"memlock_report_only": "sometimes"}, "memlock_report_only"),
     ({"nvidia_driver_branch": "580; touch {pwned}"}, "nvidia_driver_branch"),
 ]
 
