@@ -7,7 +7,6 @@ JSON document, and that document as one self-contained HTML page (inline CSS, no
 from __future__ import annotations
 
 import html
-from urllib.parse import quote
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import CHECKS, FIXED_BY_LAYER
 
@@ -467,7 +466,7 @@ def problem_groups(hosts, inventory=""):
     for group in sorted(groups.values(), key=lambda g: (g["id"] not in PREFLIGHT_CHECKS, -len(g["nodes"]), g["id"])):
         layer = FIXED_BY_LAYER.get(group["id"])
         group["command"] = _command(inventory, group["nodes"], layer) if layer else None
-        group["doc"] = "%s#:~:text=%s" % (DOCTOR_DOC, quote("| %s |" % group["id"])) if group["id"] in TITLES else None
+        group["doc"] = "%s#%s" % (DOCTOR_DOC, group["id"].lower()) if group["id"] in TITLES else None
         ordered.append(group)
     return ordered
 

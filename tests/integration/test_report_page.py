@@ -110,6 +110,10 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     links = [e["attrs"]["href"] for e in found if e["tag"] == "a"]
     assert len(links) == 5 and all(link.startswith(
         "https://github.com/moe-infra/ansible-collection-deepep/blob/main/docs/doctor.md#") for link in links)
+    # Each lands on its check's row there.
+    with open(os.path.join(REPO, "docs", "doctor.md")) as handle:
+        doctor_md = handle.read()
+    assert all('<a id="%s"></a>' % link.split("#", 1)[1] in doctor_md for link in links), links
 
     rows = dict((e["attrs"]["data-host"], e["text"]) for e in found if e["tag"] == "tr" and e["attrs"].get("data-host")
                 and e["attrs"].get("data-nic") is None and "data-id" not in e["attrs"])
