@@ -67,6 +67,7 @@ CASES = [
     ({"deepep_install_prerequisites": "maybe"}, "deepep_install_prerequisites"),
     ({"nvidia_driver_install": "perhaps"}, "nvidia_driver_install"),
     ({"memlock_report_only": "sometimes"}, "memlock_report_only"),
+    ({"nccl_method": "conda", "deepep_version": "v2"}, "nccl_method"),
     ({"nvidia_driver_branch": "580; touch {pwned}"}, "nvidia_driver_branch"),
 ]
 

@@ -5,6 +5,7 @@ accepted; the defaults and the example inventories' values pass."""
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 
 import pytest
@@ -483,3 +484,21 @@ def test_site_wide_counts_and_proxies_that_pass():
     assert problems(deepep_lock_timeout=0, deepep_network_retries="5", deepep_network_retry_delay=30,
                     deepep_http_proxy="http://proxy.example.com:3128", deepep_https_proxy="",
                     deepep_no_proxy="localhost,127.0.0.1,.internal,10.0.0.0/8") == []
+
+
+def test_validate_yml_checks_the_variables_of_every_role_the_site_playbook_runs():
+    # memlock_, nvidia_driver_ and nccl_ were missing from its list: a bad value reached the layers (nccl_method:
+    # conda went on to install CUDA) instead of stopping the run before any host was touched.
+    with open(os.path.join(PLAYBOOKS, "validate.yml")) as handle:
+        text = handle.read()
+    pattern = re.compile("".join(re.findall(r"'([^']*)'", text.split("ansible.builtin.varnames',", 1)[1].split("}}")[0])))
+    roles = os.path.join(PLAYBOOKS, "..", "roles")
+    # The image bake's roles run from playbooks/gcp_image.yml, which checks its own.
+    unchecked = []
+    for role in sorted(set(os.listdir(roles)) - {"gcp_image", "generalize"}):
+        path = os.path.join(roles, role, "meta", "argument_specs.yml")
+        with open(path) as handle:
+            options = ((yaml.safe_load(handle)["argument_specs"].get("main") or {}).get("options") or {})
+        unchecked.extend("%s: %s" % (role, name) for name in options if not pattern.match(name))
+    assert unchecked == []
+
