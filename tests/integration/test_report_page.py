@@ -102,11 +102,10 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     assert groups == [("DROPPED", "node4"), ("KF12", "node1,node2,node3"), ("KF15", "node1,node2,node3"),
                       ("KF27", "node1,node2,node3"), ("KF28", "node1,node2,node3"), ("MEMLOCK", "node1,node2,node3")]
     commands = [e["text"] for e in found if e["tag"] == "pre"]
-    assert commands == ["ansible-playbook playbooks/site.yml -i <inventory> --limit node4",
-                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags deepep",
-                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags nvshmem_ibgda",
-                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags doca_ofed",
-                        "ansible-playbook playbooks/site.yml -i <inventory> --limit node1,node2,node3 --tags memlock"]
+    run = "ansible-playbook playbooks/site.yml -i %s --limit " % report["inventory"]  # the scenario's inventory
+    assert commands == [run + "node4", run + "node1,node2,node3 --tags deepep",
+                        run + "node1,node2,node3 --tags nvshmem_ibgda", run + "node1,node2,node3 --tags doca_ofed",
+                        run + "node1,node2,node3 --tags memlock"]
     links = [e["attrs"]["href"] for e in found if e["tag"] == "a"]
     assert len(links) == 5 and all(link.startswith(
         "https://github.com/moe-infra/ansible-collection-deepep/blob/main/docs/doctor.md#") for link in links)
@@ -147,9 +146,10 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     # only what is sent): one-way traffic is not a green bar.
     nics = [e["attrs"] for e in found if e["attrs"].get("data-nic")]
     assert len(nics) == 4 * 8 and {n["class"] for n in nics} == {"state-failed"}
-    # When and where it dropped out (this record predates stored reasons: it says so).
+    # When and where it dropped out, and why as far as the run knows (killed mid-run: its error is in the output).
+    dropped = report["hosts"]["node4"]["dropped"]
     assert [e["text"] for e in found if e["attrs"].get("id") == "dropped"] == [
-        "node4 (site.yml at 2026-11-24 07:41:59 UTC: no reason recorded)"]
+        "node4 (site.yml at %s: failed or unreachable in site.yml (its error is in that run's output))" % dropped["at"]]
 
     # What is displayed: the matrix's colours and the green bars are painted.
     shot = tmp_path / "report.png"
