@@ -331,10 +331,14 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     assert "cluster report: %s" % (node["tmp"] / "report" / "report.html") in out
 
     # Rerun; a relative report directory is taken from where ansible-playbook runs (here the repository root).
+    probes = sorted(p.name for p in (node["tmp"] / "probes").iterdir())
     relative = os.path.relpath(str(node["tmp"] / "report-relative"), REPO)
     rc, changed, out = run(node, *site, "--skip-tags", "deepep_verify", "-e", "deepep_cluster_report_dir=" + relative,
                            playbook="site.yml")
     assert rc == 0 and changed == 0, out
+    # Every interpreter probe of the no-op run was answered from the cache the first run left (the build run read
+    # the interpreter again after installing): none imported torch, none wrote a new answer.
+    assert sorted(p.name for p in (node["tmp"] / "probes").iterdir()) == probes
     assert "up to date (fingerprint" in out
     assert (node["tmp"] / "report-relative" / "report.html").is_file()
     # No layer gave a reason to reboot: the reboot contract is one skipped include, not its ten tasks.
