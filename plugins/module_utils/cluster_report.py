@@ -495,6 +495,15 @@ def _problems(hosts, inventory=""):
             "</thead><tbody>%s</tbody></table>" % "".join(rows))
 
 
+def _dropped_line(hosts, dropped):
+    if not dropped:
+        return "none"
+    return "; ".join("%s (%s at %s: %s)" % (_e(name), _e(hosts[name]["dropped"].get("playbook")),
+                                            _e(hosts[name]["dropped"].get("at")),
+                                            _e(hosts[name]["dropped"].get("why") or "no reason recorded"))
+                     for name in dropped)
+
+
 def render_html(report):
     hosts = report.get("hosts") or {}
     runs = report.get("runs") or []
@@ -539,7 +548,4 @@ Fingerprints identify each build; hover a cell for the detail.</p>
 </body></html>
 """ % (CSS, _e(last.get("playbook")), _e(last.get("at")), _e(last.get("source")), len(hosts), counts["ok"],
        counts["attention"], counts["dropped"], _problems(hosts, report.get("inventory")), _matrix(hosts), _bars(hosts),
-       _traffic(hosts), "; ".join("%s (%s at %s: %s)" % (_e(name), _e(hosts[name]["dropped"].get("playbook")),
-                                                       _e(hosts[name]["dropped"].get("at")),
-                                                       _e(hosts[name]["dropped"].get("why") or "no reason recorded"))
-                                  for name in dropped) if dropped else "none", history)
+       _traffic(hosts), _dropped_line(hosts, dropped), history)

@@ -908,6 +908,6 @@ def coverage():
     for check in CHECKS:
         how = DETECTED_BY[check.detect] + (" + logs" if check.log_patterns and check.detect != LOG else "")
         # The anchor is what the cluster report's "doctor entry" links to (docs/doctor.md#kf15).
-        rows.append("| <a id=\"%s\"></a>%s | %s | %s | %s |" % (check.id.lower(), check.id, check.title, how,
-                                                                 "yes" if check.preflight else ""))
+        anchor = "<a id=\"%s\"></a>" % check.id.lower()
+        rows.append("| %s%s | %s | %s | %s |" % (anchor, check.id, check.title, how, "yes" if check.preflight else ""))
     return rows

@@ -78,8 +78,8 @@ def driver_decision(gpu, params, cuda_releases=(), install=False, branch=""):
         if need and major is not None and major < need[0]:
             return dict(base, action="refuse", packages=[],
                         msg="driver %s loaded, below R%d which %s needs: not replaced by this layer (use an image "
-                            "with a newer driver, or remove it and set nvidia_driver_install)" % (version, need[0],
-                                                                                                 need[1]))
+                            "with a newer driver, or remove it and set nvidia_driver_install)"
+                            % (version, need[0], need[1]))
         return dict(base, action="nothing", packages=[],
                     msg="nothing: driver %s loaded" % (version or "(version not read)"))
     if not install:

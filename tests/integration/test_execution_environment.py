@@ -77,4 +77,3 @@ def test_the_base_image_is_maintained():
     with open(os.path.join(REPO, "bindep.txt")) as handle:
         rpm = [line.split()[0] for line in handle if "platform:rpm" in line and not line.startswith("#")]
     assert "sshpass" not in rpm and sorted(rpm) == ["git-core", "openssh-clients"]
-

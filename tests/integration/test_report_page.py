@@ -123,7 +123,7 @@ def test_the_browser_shows_every_node_its_layers_bandwidths_traffic_and_who_drop
     states = dict(((c["attrs"]["data-layer"]), c["attrs"]["data-state"]) for c in cells)
     assert set(states) == {"doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep",
                            "tests", "doctor"}
-    live = [c for c in cells[:3 * 9]]  # node1-3 (rows in name order); node4's nine follow
+    live = cells[:3 * 9]  # node1-3 (rows in name order); node4's nine follow
     # A V1 run: no NCCL layer, shown as skipped; node4 dropped out: none of its cells is green.
     assert {c["attrs"]["data-state"] for c in live if c["attrs"]["data-layer"] == "nccl"} == {"skipped"}
     assert {c["attrs"]["data-state"] for c in cells[3 * 9:]} == {"dropped"}

@@ -230,4 +230,3 @@ def test_a_layer_the_doctor_finds_broken_is_not_green_and_the_groups_order():
     assert groups[1]["command"] == "ansible-playbook playbooks/site.yml -i inventories/x --limit a,b --tags nvshmem_ibgda"
     assert groups[0]["command"] is None  # no layer fixes it: the fix says what to do
     assert groups[1]["doc"].endswith("docs/doctor.md#kf15")
-

@@ -406,7 +406,8 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        rows = [line.rstrip("\n") for line in handle if re.match(r"^\| (<a id=\"[a-z0-9]+\"></a>)?(KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|DRIVER|GPUS) \|", line)]
+        row = r"^\| (<a id=\"[a-z0-9]+\"></a>)?(KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|DRIVER|GPUS) \|"
+        rows = [line.rstrip("\n") for line in handle if re.match(row, line)]
     assert rows == doctor.coverage()
 
 
@@ -510,8 +511,10 @@ def test_driver_layer_planned_lets_preflight_through_and_a_pending_reboot_is_nam
     # Installed by an earlier run whose reboot did not happen (deepep_reboot=never): preflight lets the layer
     # reboot it; the full doctor says what is pending.
     installed = all_of(missing, lambda ev: ev.update(driver_packages=["nvidia-open-580"]))
-    again = status_of("DRIVER", evidence(all_of(installed, lambda ev: ev.update(driver_install="580",
-                                                                              preflight_only=True))))
+
+    def planned(ev):
+        ev.update(driver_install="580", preflight_only=True)
+    again = status_of("DRIVER", evidence(all_of(installed, planned)))
     assert again["status"] == "ok" and "the nvidia_driver layer finds nvidia-open-580 (held)" in again["evidence"]
     pending = status_of("DRIVER", evidence(all_of(installed, lambda ev: ev.update(driver_install="580"))))
     assert pending["status"] == "problem"

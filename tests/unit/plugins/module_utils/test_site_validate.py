@@ -501,4 +501,3 @@ def test_validate_yml_checks_the_variables_of_every_role_the_site_playbook_runs(
             options = ((yaml.safe_load(handle)["argument_specs"].get("main") or {}).get("options") or {})
         unchecked.extend("%s: %s" % (role, name) for name in options if not pattern.match(name))
     assert unchecked == []
-
