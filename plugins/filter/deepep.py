@@ -42,11 +42,11 @@ def deepep_build_commands(component, **options):
     """'gdrcopy' or 'deepep' -> {build, verify}: the commands source_build runs, every site value quoted."""
     builders = {"gdrcopy": gdrcopy_commands, "deepep": deepep_commands}
     if component not in builders:
-        raise AnsibleFilterError("deepep_build_commands: %r is not one of %s" % (component, ", ".join(builders)))
+        raise AnsibleFilterError("_deepep_build_commands: %r is not one of %s" % (component, ", ".join(builders)))
     try:
         return builders[component](**options)
     except (CommandError, TypeError) as exc:
-        raise AnsibleFilterError("deepep_build_commands(%s): %s" % (component, exc))
+        raise AnsibleFilterError("_deepep_build_commands(%s): %s" % (component, exc))
 
 
 def _arch(function, values):
@@ -144,7 +144,7 @@ def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
 
 def nccl_planned_version(settings):
     if not isinstance(settings, dict):
-        raise AnsibleFilterError("nccl_planned_version expects a dict of nccl_* variables, got %r" % (settings,))
+        raise AnsibleFilterError("_nccl_planned_version expects a dict of nccl_* variables, got %r" % (settings,))
     return nccl_plan.planned_version(settings)
 
 
@@ -156,13 +156,13 @@ class FilterModule(object):
             "cmake_arch": cmake_arch,
             "deepep_hca_mapping": deepep_hca_mapping,
             "nvshmem_hca_list": nvshmem_hca_list_filter,
-            "deepep_layer_plan": deepep_layer_plan,
+            "_deepep_layer_plan": deepep_layer_plan,
             "deepep_compat": deepep_compat,
             "deepep_env": deepep_env,
-            "deepep_node_report": deepep_node_report,
-            "nvshmem_source_plan": nvshmem_source_plan,
-            "nccl_source_plan": nccl_source_plan,
-            "nccl_planned_version": nccl_planned_version,
-            "deepep_torch_pin": deepep_torch_pin,
-            "deepep_build_commands": deepep_build_commands,
+            "_deepep_node_report": deepep_node_report,
+            "_nvshmem_source_plan": nvshmem_source_plan,
+            "_nccl_source_plan": nccl_source_plan,
+            "_nccl_planned_version": nccl_planned_version,
+            "_deepep_torch_pin": deepep_torch_pin,
+            "_deepep_build_commands": deepep_build_commands,
         }

@@ -13,14 +13,14 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import fle
 def deepep_doctor_fleet(nodes):
     """[{host, hostname, gpu_count, hca_count}] -> {host: [findings]} (KF30 hostnames, GPU counts)."""
     if not isinstance(nodes, list) or not all(isinstance(n, dict) and "host" in n for n in nodes):
-        raise AnsibleFilterError("deepep_doctor_fleet: expected a list of {host, hostname, gpu_count, hca_count}")
+        raise AnsibleFilterError("_deepep_doctor_fleet: expected a list of {host, hostname, gpu_count, hca_count}")
     return fleet_findings(nodes)
 
 
 def deepep_doctor_report(findings, fleet=None):
     """The node's findings with the fleet's merged in, and their summary: {findings, summary}."""
     if not isinstance(findings, list):
-        raise AnsibleFilterError("deepep_doctor_report: expected deepep_doctor's findings (a list)")
+        raise AnsibleFilterError("_deepep_doctor_report: expected deepep_doctor's findings (a list)")
     merged = merge(findings, fleet or [])
     return {"findings": merged, "summary": summary(merged)}
 
@@ -33,7 +33,7 @@ def deepep_doctor_table(findings, width=60):
 class FilterModule(object):
     def filters(self):
         return {
-            "deepep_doctor_fleet": deepep_doctor_fleet,
-            "deepep_doctor_report": deepep_doctor_report,
-            "deepep_doctor_table": deepep_doctor_table,
+            "_deepep_doctor_fleet": deepep_doctor_fleet,
+            "_deepep_doctor_report": deepep_doctor_report,
+            "_deepep_doctor_table": deepep_doctor_table,
         }

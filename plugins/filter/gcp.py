@@ -14,7 +14,7 @@ def gcp_instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
     """A provisioned instance's host variables (google.cloud.gcp_compute, vars_prefix gcp_) -> the bake's
     defaults; of its metadata only the keys in metadata_keys."""
     if not isinstance(hostvars, dict) and not hasattr(hostvars, "get"):
-        raise AnsibleFilterError("gcp_instance_profile: want a host's variables, got %r" % (hostvars,))
+        raise AnsibleFilterError("_gcp_instance_profile: want a host's variables, got %r" % (hostvars,))
     return instance_profile(dict((key, hostvars.get(key)) for key in (
         "gcp_name", "gcp_project", "gcp_zone", "gcp_metadata", "gcp_networkInterfaces", "gcp_serviceAccounts",
         "gcp_scheduling", "gcp_disks", "gcp_machineType", "gcp_guestAccelerators", "gcp_labels",
@@ -24,4 +24,4 @@ def gcp_instance_profile(hostvars, metadata_keys=TEMPLATE_METADATA_KEYS):
 
 class FilterModule(object):
     def filters(self):
-        return {"gcp_instance_profile": gcp_instance_profile}
+        return {"_gcp_instance_profile": gcp_instance_profile}

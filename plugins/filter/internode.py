@@ -14,10 +14,10 @@ def deepep_nic_traffic(before, after, mapped, min_bytes=1 << 20):
     """rdma_hca_info's hcas before and after, the mapped NIC ports -> {ports, idle, unknown, problems}."""
     for name, value in (("before", before), ("after", after), ("mapped", mapped)):
         if not isinstance(value, list):
-            raise AnsibleFilterError("deepep_nic_traffic: %s must be a list, got %r" % (name, value))
+            raise AnsibleFilterError("_deepep_nic_traffic: %s must be a list, got %r" % (name, value))
     return traffic(before, after, mapped, int(min_bytes))
 
 
 class FilterModule(object):
     def filters(self):
-        return {"deepep_nic_traffic": deepep_nic_traffic}
+        return {"_deepep_nic_traffic": deepep_nic_traffic}

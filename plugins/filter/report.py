@@ -20,7 +20,7 @@ def deepep_build_outcome(result):
     if result is None or result == "":
         return None
     if not isinstance(result, dict):
-        raise AnsibleFilterError("deepep_build_outcome: expected a build result (dict), got %r" % (result,))
+        raise AnsibleFilterError("_deepep_build_outcome: expected a build result (dict), got %r" % (result,))
     if result.get("skipped"):
         return None
     return dict((key, result.get(key)) for key in OUTCOME_KEYS)
@@ -32,7 +32,7 @@ def deepep_test_runs(registered):
     if registered is None or registered == "":
         return []
     if not isinstance(registered, dict):
-        raise AnsibleFilterError("deepep_test_runs: expected the registered result of the deepep_bench loop")
+        raise AnsibleFilterError("_deepep_test_runs: expected the registered result of the deepep_bench loop")
     runs = []
     for item in registered.get("results") or []:
         if not isinstance(item, dict) or "result" not in item:
@@ -49,7 +49,7 @@ def deepep_summary_lines(summary):
     """A host's site summary (deepep_site_summary) -> lines for the end of the run: one per layer, then the
     doctor's problems with their fixes."""
     if not isinstance(summary, dict):
-        raise AnsibleFilterError("deepep_summary_lines: expected deepep_site_summary (dict)")
+        raise AnsibleFilterError("_deepep_summary_lines: expected deepep_site_summary (dict)")
     cells = layer_cells(summary)
     lines = []
     for layer, title in LAYERS:
@@ -71,11 +71,11 @@ def deepep_controller_path(path):
     """A controller path, relative ones taken from the directory ansible-playbook was started in (a module run
     on localhost, or a lookup, works in the playbook's directory instead)."""
     if not isinstance(path, str) or not path:
-        raise AnsibleFilterError("deepep_controller_path: expected a path, got %r" % (path,))
+        raise AnsibleFilterError("_deepep_controller_path: expected a path, got %r" % (path,))
     return os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(path)))
 
 
 class FilterModule(object):
     def filters(self):
-        return {"deepep_build_outcome": deepep_build_outcome, "deepep_test_runs": deepep_test_runs,
-                "deepep_summary_lines": deepep_summary_lines, "deepep_controller_path": deepep_controller_path}
+        return {"_deepep_build_outcome": deepep_build_outcome, "_deepep_test_runs": deepep_test_runs,
+                "_deepep_summary_lines": deepep_summary_lines, "_deepep_controller_path": deepep_controller_path}

@@ -61,7 +61,7 @@ def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]; with ansible_run_tags and
     ansible_skip_tags, also tags that name no layer."""
     if not isinstance(site_vars, Mapping):
-        raise AnsibleFilterError("deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
+        raise AnsibleFilterError("_deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
     # Filters run on the controller, where the cache and the source archives are.
     return tag_problems(run_tags, skip_tags) + validate(plain_data(site_vars), os.path.isdir, os.path.exists,
                                                         role_options())
@@ -71,7 +71,7 @@ def deepep_manual_mapping(topology, value, gpu_count, hcas):
     """gpu_nic_topology_info's result with the hand-written mapping in place of the discovered one:
     {topology, problems}; problems name the entry and what is accepted."""
     if not isinstance(topology, dict):
-        raise AnsibleFilterError("deepep_manual_mapping: expected gpu_nic_topology_info's result")
+        raise AnsibleFilterError("_deepep_manual_mapping: expected gpu_nic_topology_info's result")
     mapping, problems = manual_mapping(value, gpu_count, hcas)
     result = dict(topology)
     if not problems:
@@ -87,11 +87,11 @@ def deepep_fanout_roles(plans, offline=False):
         # A host whose plan was skipped (its layer is off there) takes no part.
         plans = dict((host, plan) for host, plan in plans.items() if not (isinstance(plan, Mapping) and plan.get("skipped")))
         if not all(isinstance(plan, Mapping) and "action" in plan for plan in plans.values()):
-            raise AnsibleFilterError("deepep_fanout_roles: expected {host: source_build's plan (check mode)}")
+            raise AnsibleFilterError("_deepep_fanout_roles: expected {host: source_build's plan (check mode)}")
         plans = [{"host": host, "fingerprint": plan.get("fingerprint"), "needs": plan["action"] == "build",
                   "cached": bool(plan.get("cached"))} for host, plan in plans.items()]
     if not isinstance(plans, list):
-        raise AnsibleFilterError("deepep_fanout_roles: expected a list of {host, fingerprint, needs, cached}")
+        raise AnsibleFilterError("_deepep_fanout_roles: expected a list of {host, fingerprint, needs, cached}")
     try:
         return fanout_roles(plans, bool(offline))
     except ValueError as exc:
@@ -103,7 +103,7 @@ def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dir
     rdma-core that this run will install. source: {src, ref, version} of the NVSHMEM source (read on the
     controller)."""
     if not isinstance(rdma, dict):
-        raise AnsibleFilterError("deepep_source_nvshmem_problems: expected rdma_hca_info's result")
+        raise AnsibleFilterError("_deepep_source_nvshmem_problems: expected rdma_hca_info's result")
     source = {k: v for k, v in (source or {}).items() if k in ("src", "ref", "version")}
     return source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [], source)
 
@@ -112,7 +112,7 @@ def deepep_interpreter_problems(stack, deepep_version, python, nccl_planned=None
     """torch_stack_info's result for deepep_python -> [{var, value, accepted, msg}]: no torch, or for V2 a torch
     older than 2.10 or an NCCL older than 2.30.4 (the one the nccl layer of this run provides, when it runs)."""
     if not isinstance(stack, dict):
-        raise AnsibleFilterError("deepep_interpreter_problems: expected torch_stack_info's result")
+        raise AnsibleFilterError("_deepep_interpreter_problems: expected torch_stack_info's result")
     return interpreter_problems(stack, deepep_version, python, nccl_planned)
 
 
@@ -131,14 +131,14 @@ def deepep_run_layers(run_tags, skip_tags=None):
     """ansible_run_tags, ansible_skip_tags -> the layers this run runs, in order."""
     for name, tags in (("ansible_run_tags", run_tags), ("ansible_skip_tags", skip_tags)):
         if tags is not None and (isinstance(tags, (str, Mapping)) or not isinstance(tags, (list, tuple, set))):
-            raise AnsibleFilterError("deepep_run_layers: expected %s as a list of tags, got %r" % (name, tags))
+            raise AnsibleFilterError("_deepep_run_layers: expected %s as a list of tags, got %r" % (name, tags))
     return run_layers(list(run_tags or []), list(skip_tags or []))
 
 
 class FilterModule(object):
     def filters(self):
-        return {"deepep_site_problems": deepep_site_problems, "deepep_manual_mapping": deepep_manual_mapping,
-                "deepep_fanout_roles": deepep_fanout_roles,
-                "deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
-                "deepep_interpreter_problems": deepep_interpreter_problems, "deepep_run_layers": deepep_run_layers,
-                "deepep_proxy_env": deepep_proxy_env}
+        return {"_deepep_site_problems": deepep_site_problems, "_deepep_manual_mapping": deepep_manual_mapping,
+                "_deepep_fanout_roles": deepep_fanout_roles,
+                "_deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
+                "_deepep_interpreter_problems": deepep_interpreter_problems, "_deepep_run_layers": deepep_run_layers,
+                "_deepep_proxy_env": deepep_proxy_env}

@@ -90,7 +90,7 @@ def deepep_build_prerequisites(layers, os_family=""):
     layers = _dict(layers, "{gdrcopy: {build, git}, nvshmem: {build, git}, deepep: {build, git, venv}}")
     unknown = sorted(set(layers) - {"gdrcopy", "nvshmem", "deepep"})
     if unknown:
-        raise AnsibleFilterError("deepep_build_prerequisites: unknown layer(s) %s" % ", ".join(unknown))
+        raise AnsibleFilterError("_deepep_build_prerequisites: unknown layer(s) %s" % ", ".join(unknown))
     clean = dict((layer, dict((key, _truth(value)) for key, value in _dict(spec, layer).items()))
                  for layer, spec in layers.items())
     return prerequisite_packages(clean, str(os_family or ""))
@@ -99,14 +99,14 @@ def deepep_build_prerequisites(layers, os_family=""):
 class FilterModule(object):
     def filters(self):
         return {
-            "nvidia_peermapping_decision": nvidia_peermapping_decision,
-            "nvidia_driver_params_subset": nvidia_driver_params_subset,
-            "nvidia_driver_decision": nvidia_driver_decision,
-            "doca_ofed_decision": doca_ofed_decision,
-            "doca_ofed_state": doca_ofed_state,
-            "dkms_missing": dkms_missing,
-            "apt_origin": apt_origin,
-            "deepep_reboot_plan": deepep_reboot_plan,
-            "gdrdrv_blockers": gdrdrv_blockers,
-            "deepep_build_prerequisites": deepep_build_prerequisites,
+            "_nvidia_peermapping_decision": nvidia_peermapping_decision,
+            "_nvidia_driver_params_subset": nvidia_driver_params_subset,
+            "_nvidia_driver_decision": nvidia_driver_decision,
+            "_doca_ofed_decision": doca_ofed_decision,
+            "_doca_ofed_state": doca_ofed_state,
+            "_dkms_missing": dkms_missing,
+            "_apt_origin": apt_origin,
+            "_deepep_reboot_plan": deepep_reboot_plan,
+            "_gdrdrv_blockers": gdrdrv_blockers,
+            "_deepep_build_prerequisites": deepep_build_prerequisites,
         }

@@ -19,8 +19,8 @@ description:
   - Every check returns C(ok), C(problem), C(not_applicable) or C(unknown) (could not tell), with the evidence
     and the fix. Works on a machine without GPUs, where the checks that do not apply say so.
   - Changes nothing, in check mode or not. Never fails because of what it finds.
-  - Checks across the inventory (hostnames unique, KF30; GPU counts) are the P(moe_infra.deepep.deepep_doctor_fleet#filter)
-    filter's, run by C(playbooks/doctor.yml).
+  - Checks across the inventory (hostnames unique, KF30; GPU counts) are the doctor role's, run by
+    C(playbooks/doctor.yml).
 options:
   sysfs_root:
     description: Root of sysfs (a fixture tree in tests).

@@ -49,14 +49,14 @@ def test_mapping_filters_reject_malformed_input(bad):
 
 
 def test_nvshmem_source_plan_filter():
-    plan = F["nvshmem_source_plan"]("v3.4.5-0", ["9.0"], gdrcopy_root="/opt/deepep/gdrcopy/builds/x")
+    plan = F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], gdrcopy_root="/opt/deepep/gdrcopy/builds/x")
     assert plan["version"] == "3.4.5" and plan["cmake_options"]["GDRCOPY_HOME"] == "/opt/deepep/gdrcopy/builds/x"
     with pytest.raises(AnsibleFilterError, match="set nvshmem_ibgda_source_version"):
-        F["nvshmem_source_plan"]("main", ["9.0"])
+        F["_nvshmem_source_plan"]("main", ["9.0"])
     with pytest.raises(AnsibleFilterError, match="'10' is neither a CUDA compute capability"):
-        F["nvshmem_source_plan"]("v3.4.5-0", ["10"])
+        F["_nvshmem_source_plan"]("v3.4.5-0", ["10"])
 
 
 def test_deepep_torch_pin_filter():
-    assert F["deepep_torch_pin"]("2.9.1+cu129", "https://download.pytorch.org/whl/cu129") == []
-    assert len(F["deepep_torch_pin"]("2.9.1+cu129", "")) == 1
+    assert F["_deepep_torch_pin"]("2.9.1+cu129", "https://download.pytorch.org/whl/cu129") == []
+    assert len(F["_deepep_torch_pin"]("2.9.1+cu129", "")) == 1

@@ -15,19 +15,20 @@ NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "me
 
 
 def test_every_site_filter_is_registered():
-    assert sorted(FILTERS) == ["deepep_fanout_roles", "deepep_interpreter_problems", "deepep_manual_mapping", "deepep_proxy_env",
-                               "deepep_run_layers", "deepep_site_problems", "deepep_source_nvshmem_problems"]
+    assert sorted(FILTERS) == ["_deepep_fanout_roles", "_deepep_interpreter_problems", "_deepep_manual_mapping",
+                               "_deepep_proxy_env",
+                               "_deepep_run_layers", "_deepep_site_problems", "_deepep_source_nvshmem_problems"]
 
 
 # The arguments after the input, for the filters that take some.
-EXTRA_ARGS = {"deepep_source_nvshmem_problems": ("source",), "deepep_interpreter_problems": ("v2", "/usr/bin/python3")}
+EXTRA_ARGS = {"_deepep_source_nvshmem_problems": ("source",), "_deepep_interpreter_problems": ("v2", "/usr/bin/python3")}
 
 
 @pytest.mark.parametrize("name, value", [
-    ("deepep_site_problems", ["deepep_version"]),
-    ("deepep_source_nvshmem_problems", "rocep4s0"),
-    ("deepep_fanout_roles", {"host": "n1"}),
-    ("deepep_interpreter_problems", "/usr/bin/python3"),
+    ("_deepep_site_problems", ["deepep_version"]),
+    ("_deepep_source_nvshmem_problems", "rocep4s0"),
+    ("_deepep_fanout_roles", {"host": "n1"}),
+    ("_deepep_interpreter_problems", "/usr/bin/python3"),
 ])
 def test_wrong_shapes_are_refused_naming_the_filter(name, value):
     with pytest.raises(AnsibleFilterError, match="^%s: expected" % name):
@@ -35,16 +36,16 @@ def test_wrong_shapes_are_refused_naming_the_filter(name, value):
 
 
 def test_source_nvshmem_on_a_node_without_nics():
-    (problem,) = FILTERS["deepep_source_nvshmem_problems"](NO_NICS, "source", "auto", ["/usr/include"])
+    (problem,) = FILTERS["_deepep_source_nvshmem_problems"](NO_NICS, "source", "auto", ["/usr/include"])
     assert "no infiniband/mlx5_api.h under /usr/include" in problem["msg"]
-    assert FILTERS["deepep_source_nvshmem_problems"](NO_NICS, "wheel") == []
+    assert FILTERS["_deepep_source_nvshmem_problems"](NO_NICS, "wheel") == []
 
 
 def test_fanout_roles_offline_miss_is_a_filter_error():
     plans = [{"host": "n1", "fingerprint": "abc", "needs": True, "cached": False}]
-    assert FILTERS["deepep_fanout_roles"](plans) == {"n1": "build"}
+    assert FILTERS["_deepep_fanout_roles"](plans) == {"n1": "build"}
     with pytest.raises(AnsibleFilterError, match="offline: the cache lacks the build n1"):
-        FILTERS["deepep_fanout_roles"](plans, True)
+        FILTERS["_deepep_fanout_roles"](plans, True)
 
 
 ALL_LAYERS = ["doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy", "nvshmem_ibgda", "nccl",
@@ -69,13 +70,13 @@ ALL_LAYERS = ["doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlo
     ([], None, ALL_LAYERS),
 ])
 def test_run_layers_follow_ansible_tag_rules(run_tags, skip_tags, layers):
-    assert FILTERS["deepep_run_layers"](run_tags, skip_tags) == layers
+    assert FILTERS["_deepep_run_layers"](run_tags, skip_tags) == layers
 
 
 @pytest.mark.parametrize("run_tags, skip_tags", [("deepep", []), (["deepep"], "deepep_verify"), ({"a": 1}, [])])
 def test_run_layers_refuse_tags_that_are_not_lists(run_tags, skip_tags):
-    with pytest.raises(AnsibleFilterError, match="^deepep_run_layers: expected ansible_(run|skip)_tags as a list"):
-        FILTERS["deepep_run_layers"](run_tags, skip_tags)
+    with pytest.raises(AnsibleFilterError, match="^_deepep_run_layers: expected ansible_(run|skip)_tags as a list"):
+        FILTERS["_deepep_run_layers"](run_tags, skip_tags)
 
 
 def test_fanout_roles_from_the_registered_plans():
@@ -84,13 +85,13 @@ def test_fanout_roles_from_the_registered_plans():
              "n3": {"fingerprint": "b", "action": "build"},
              "n4": {"fingerprint": "a", "action": "build", "cached": True},
              "n5": {"skipped": True, "changed": False}}  # the layer is off there: no part in the fan-out
-    assert FILTERS["deepep_fanout_roles"](plans) == {"n1": "none", "n2": "build", "n3": "wait", "n4": "cache"}
+    assert FILTERS["_deepep_fanout_roles"](plans) == {"n1": "none", "n2": "build", "n3": "wait", "n4": "cache"}
     with pytest.raises(AnsibleFilterError, match="expected {host: source_build's plan"):
-        FILTERS["deepep_fanout_roles"]({"n1": {"fingerprint": "a"}})
+        FILTERS["_deepep_fanout_roles"]({"n1": {"fingerprint": "a"}})
 
 
 def test_deepep_proxy_env_sets_both_spellings_of_what_is_set():
-    proxy_env = FilterModule().filters()["deepep_proxy_env"]
+    proxy_env = FilterModule().filters()["_deepep_proxy_env"]
     assert proxy_env("", "", "") == {}
     assert proxy_env("http://p:3128", "", "localhost,.internal") == {
         "http_proxy": "http://p:3128", "HTTP_PROXY": "http://p:3128",
