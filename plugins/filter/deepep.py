@@ -96,12 +96,8 @@ NODE_KEYS = ("gpu", "rdma", "topology", "driver_params", "cuda")
 def _check_node(node):
     if not isinstance(node, dict) or not all(key in node for key in NODE_KEYS):
         raise AnsibleFilterError("expected a dict with the discovery results %s (the preflight role's "
-                                 "preflight_node), got keys %r" % (", ".join(NODE_KEYS), sorted(node or {})))
+                                 "ansible_facts.deepep), got keys %r" % (", ".join(NODE_KEYS), sorted(node or {})))
     return node
-
-
-def deepep_layer_plan(node, cuda_version=""):
-    return layer_plan(_check_node(node), cuda_version)
 
 
 def deepep_node_report(node, plan=None):
@@ -156,7 +152,6 @@ class FilterModule(object):
             "cmake_arch": cmake_arch,
             "deepep_hca_mapping": deepep_hca_mapping,
             "nvshmem_hca_list": nvshmem_hca_list_filter,
-            "_deepep_layer_plan": deepep_layer_plan,
             "deepep_compat": deepep_compat,
             "deepep_env": deepep_env,
             "_deepep_node_report": deepep_node_report,

@@ -19,13 +19,11 @@ except ImportError:  # pragma: no cover
 from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
     interpreter_problems,
-    manual_mapping,
     run_layers,
     source_nvshmem_problems,
     tag_problems,
     validate,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string, nvshmem_hca_list
 
 
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
@@ -65,19 +63,6 @@ def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     # Filters run on the controller, where the cache and the source archives are.
     return tag_problems(run_tags, skip_tags) + validate(plain_data(site_vars), os.path.isdir, os.path.exists,
                                                         role_options())
-
-
-def deepep_manual_mapping(topology, value, gpu_count, hcas):
-    """gpu_nic_topology_info's result with the hand-written mapping in place of the discovered one:
-    {topology, problems}; problems name the entry and what is accepted."""
-    if not isinstance(topology, dict):
-        raise AnsibleFilterError("_deepep_manual_mapping: expected gpu_nic_topology_info's result")
-    mapping, problems = manual_mapping(value, gpu_count, hcas)
-    result = dict(topology)
-    if not problems:
-        result.update(mapping=mapping, deepep_device_to_hca_mapping=deepep_mapping_string(mapping),
-                      nvshmem_hca_list=nvshmem_hca_list(mapping), mapping_source="deepep_hca_mapping")
-    return {"topology": result, "problems": problems}
 
 
 def deepep_fanout_roles(plans, offline=False):
@@ -137,8 +122,7 @@ def deepep_run_layers(run_tags, skip_tags=None):
 
 class FilterModule(object):
     def filters(self):
-        return {"_deepep_site_problems": deepep_site_problems, "_deepep_manual_mapping": deepep_manual_mapping,
-                "_deepep_fanout_roles": deepep_fanout_roles,
+        return {"_deepep_site_problems": deepep_site_problems, "_deepep_fanout_roles": deepep_fanout_roles,
                 "_deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
                 "_deepep_interpreter_problems": deepep_interpreter_problems, "_deepep_run_layers": deepep_run_layers,
                 "_deepep_proxy_env": deepep_proxy_env}

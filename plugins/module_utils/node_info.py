@@ -2,8 +2,8 @@
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
 """What the discovery modules read, as functions of a module object (for run_command, get_bin_path and
-fail_json): nvidia_gpu_info, rdma_hca_info, gpu_nic_topology_info and cuda_toolkit_info each return one of these,
-and deepep_node_info returns all four from one call."""
+fail_json): nvidia_gpu_info, rdma_hca_info, gpu_nic_topology_info and cuda_toolkit_info each return one of these;
+deepep_node_info and deepep_facts return all of them from one call (read_node)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import (
     discover_gpus,
     enrich_from_nvidia_smi,
     parse_nvidia_smi,
+)
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+    desired_settings,
+    query_driver_params,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
     discover_hcas,
@@ -185,4 +189,54 @@ def cuda_info(module, cuda_home):
         major=int(release.split(".")[0]) if release else None,
         full_version=full_version,
         cccl_include_dir=cccl,
+    )
+
+
+# The conf file nvidia_driver_params writes by default (the regkey layer's); reported, not read on its own.
+CONF_NAME = "nvidia-deepep.conf"
+
+# The options read_node takes, as an argument_spec (deepep_node_info's and deepep_facts').
+NODE_OPTIONS = dict(
+    sysfs_root=dict(type="path", default="/sys"),
+    nvidia_smi=dict(type="str", default="nvidia-smi"),
+    include_dirs=dict(type="list", elements="path", default=["/usr/include"]),
+    hca_include=dict(type="list", elements="str", default=[]),
+    hca_exclude=dict(type="list", elements="str", default=[]),
+    link_layer=dict(type="str", default="auto", choices=["auto", "InfiniBand", "Ethernet"]),
+    cuda_home=dict(type="path", default="/usr/local/cuda"),
+    procfs_root=dict(type="path", default="/proc"),
+    modprobe_dir=dict(type="path", default="/etc/modprobe.d"),
+    registry_dwords=dict(type="dict", default={}),
+    module_params=dict(type="dict", default={}),
+)
+
+
+def gcc_version(module):
+    """gcc -dumpfullversion, '' without a gcc on PATH (a node before its build prerequisites)."""
+    gcc = module.get_bin_path("gcc")
+    if not gcc:
+        return ""
+    rc, out, err = module.run_command([gcc, "-dumpfullversion"])
+    if rc != 0:
+        module.fail_json(msg="%s -dumpfullversion failed (rc %d): %s" % (gcc, rc, (err or out).strip()))
+    return out.strip()
+
+
+def read_node(module, params):
+    """GPUs, RDMA HCAs, the GPU-to-NIC mapping, the CUDA toolkit, the driver settings and the compiler, read with
+    NODE_OPTIONS' params: {gpu, rdma, topology, cuda, driver_params, compiler}."""
+    desired = {}
+    for option in ("registry_dwords", "module_params"):
+        desired[option], error = desired_settings(option, params[option])
+        if error:
+            module.fail_json(msg=error)
+    return dict(
+        gpu=gpu_info(module, params["sysfs_root"], params["nvidia_smi"]),
+        rdma=rdma_info(module, params["sysfs_root"], params["include_dirs"]),
+        topology=topology_info(module, params["sysfs_root"], params["hca_include"], params["hca_exclude"],
+                               params["link_layer"]),
+        cuda=cuda_info(module, params["cuda_home"]),
+        driver_params=query_driver_params(params["procfs_root"], params["modprobe_dir"], CONF_NAME,
+                                          desired["registry_dwords"], desired["module_params"]),
+        compiler=dict(gcc_version=gcc_version(module)),
     )

@@ -250,43 +250,6 @@ def _source_problems(site_vars, isdir, exists):
     return problems
 
 
-MAPPING_ENTRY_RE = re.compile(r"^(\d+):([A-Za-z0-9_.-]+)(?::(\d+))?$")
-MAPPING_ACCEPTED = "comma-separated <gpu>:<hca>[:<port>] entries, e.g. 0:mlx5_0:1,1:mlx5_1:1"
-
-
-def manual_mapping(value, gpu_count, hcas):
-    """A hand-written GPU-to-NIC mapping (deepep_hca_mapping) checked against this node's GPUs and HCAs.
-
-    Returns (mapping entries like gpu_nic_topology_info's, problems)."""
-    entries = value if isinstance(value, list) else [e for e in re.split(r"[,\s]+", str(value or "")) if e]
-    ports = dict((hca["name"], set(port["port"] for port in hca.get("ports", []))) for hca in hcas or [])
-    mapping, problems, seen = [], [], set()
-    for entry in entries:
-        match = MAPPING_ENTRY_RE.match(str(entry).strip())
-        if not match:
-            problems.append(_problem("deepep_hca_mapping", entry, MAPPING_ACCEPTED, "malformed entry"))
-            continue
-        gpu, hca, port = int(match.group(1)), match.group(2), int(match.group(3) or 1)
-        if gpu >= int(gpu_count):
-            problems.append(_problem("deepep_hca_mapping", entry, "GPU indexes 0-%d" % (int(gpu_count) - 1)
-                                     if gpu_count else "no entries: this node has no GPU",
-                                     "GPU %d does not exist, this node has %d" % (gpu, int(gpu_count))))
-        elif hca not in ports:
-            problems.append(_problem("deepep_hca_mapping", entry, "the RDMA devices here: %s"
-                                     % (", ".join(sorted(ports)) or "none"), "no RDMA device %s" % hca))
-        elif port not in ports[hca]:
-            problems.append(_problem("deepep_hca_mapping", entry, "ports %s of %s" % (
-                ", ".join(str(p) for p in sorted(ports[hca])), hca), "%s has no port %d" % (hca, port)))
-        elif gpu in seen:
-            problems.append(_problem("deepep_hca_mapping", entry, "one entry per GPU", "GPU %d mapped twice" % gpu))
-        else:
-            seen.add(gpu)
-            mapping.append({"gpu": gpu, "hca": hca, "port": port, "distance": "manual"})
-    if not entries:
-        problems.append(_problem("deepep_hca_mapping", value, MAPPING_ACCEPTED, "empty"))
-    return sorted(mapping, key=lambda e: e["gpu"]), problems
-
-
 def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=(), source=None):
     """nvshmem_ibgda_method=source builds NVSHMEM's IBGDA transport, which needs rdma-core's mlx5 headers (KF11)
     and, for sources that do not define it themselves, MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT in

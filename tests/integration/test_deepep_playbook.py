@@ -291,11 +291,12 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     checks = ["Check that the inventory gives hosts to run on",
               "Validate the variables (on the controller, before any host is touched)"]
     system = ["System layers, one reboot at most, then GDRCopy", "Report per host what the system layers left"]
-    build = ["Preflight (read-only discovery and per-layer report)", "Check the DeepEP inputs before changing anything",
+    build = ["Check the DeepEP inputs before changing anything",
              "Python environment for DeepEP (the given interpreter, or a venv with the pinned torch)",
              "GDRCopy library", "NVSHMEM with IBGDA", "NCCL for DeepEP V2", "DeepEP", "Summary per host"]
-    assert order == checks + ["Preflight (read-only discovery and per-layer report)"] + checks + system + checks + build
-    # The variables were checked once: the copies system.yml and deepep.yml start with matched no host.
+    # The variables checked and the node read once: site.yml imports the layers' plays without the checks and the
+    # preflight system.yml and deepep.yml start with.
+    assert order == checks + ["Preflight (read-only discovery and per-layer report)"] + system + build
     assert out.count("TASK [Check the variables set for this host]") == 1
     summary = json.loads((node["tmp"] / "site" / "localhost-site.json").read_text())
     # The driver runs without the regkey, which a node without RDMA NICs does not need: nothing to do, no reboot.
@@ -313,13 +314,13 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
 
     def outcomes(task):
         return re.findall(r"TASK \[%s\][^\n]*\n(\w+):" % re.escape(task), out)
-    # No system layer changed what discovery read (and no reboot): it is not read again.
+    # No system layer changed what discovery read (and no reboot): it is not read again (facts.yml is the refresh
+    # too, under the same task name).
     discover = ("moe_infra.deepep.preflight : Discover GPUs, RDMA HCAs, the GPU-to-NIC mapping, the CUDA toolkit "
                 "and the driver settings")
     assert outcomes(discover) == ["ok"]
     # The regkey layer decided from that reading (its settings are among preflight's): no query of its own.
     assert outcomes("moe_infra.deepep.nvidia_peermapping : Read the live and configured driver settings") == ["skipping"]
-    assert outcomes("Discover the node") == ["skipping"]
     build = "moe_infra.deepep.gdrcopy : Summarize the GDRCopy build"
     assert outcomes(build) == ["ok"]  # deepep.yml's GDRCopy play saw gdrcopy_root and left the role out
 

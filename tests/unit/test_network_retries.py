@@ -52,7 +52,7 @@ def test_every_network_task_retries_with_the_site_settings():
 
 def test_every_play_that_changes_nodes_takes_the_proxy_settings():
     plays = {}
-    for name in ("system.yml", "deepep.yml"):
+    for name in ("system_layers.yml", "build_layers.yml"):
         with open(os.path.join(REPO, "playbooks", name)) as handle:
             for play in yaml.safe_load(handle):
                 if "roles" in play or "tasks" in play:

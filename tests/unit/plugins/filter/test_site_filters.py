@@ -15,8 +15,7 @@ NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "me
 
 
 def test_every_site_filter_is_registered():
-    assert sorted(FILTERS) == ["_deepep_fanout_roles", "_deepep_interpreter_problems", "_deepep_manual_mapping",
-                               "_deepep_proxy_env",
+    assert sorted(FILTERS) == ["_deepep_fanout_roles", "_deepep_interpreter_problems", "_deepep_proxy_env",
                                "_deepep_run_layers", "_deepep_site_problems", "_deepep_source_nvshmem_problems"]
 
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import defines_data_direct
+from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import manual_mapping
 from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
     interpreter_problems,
     deepep_ref_generation,
-    manual_mapping,
     source_nvshmem_problems,
     tag_problems,
     validate,
@@ -226,7 +226,7 @@ def test_layer_tags_pass_and_typos_are_refused():
 def test_every_tag_the_playbooks_give_a_role_is_accepted():
     # --tags memlock was refused as naming no layer while system.yml tagged the memlock role with it.
     tags = set()
-    for name in ("site.yml", "system.yml", "deepep.yml"):
+    for name in ("site.yml", "system_layers.yml", "build_layers.yml"):
         with open(os.path.join(PLAYBOOKS, name)) as handle:
             for play in yaml.safe_load(handle):
                 for entry in play.get("roles") or []:

@@ -1,0 +1,111 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deepep_facts
+short_description: Read a node once for every layer, as the C(deepep) facts
+version_added: "0.3.0"
+description:
+  - Reads a node's GPUs, RDMA HCAs, GPU-to-NIC mapping, CUDA toolkit, NVIDIA driver settings and compiler in one
+    call (as M(moe_infra.deepep.deepep_node_info) does), applies a hand-written GPU-to-NIC mapping when one is given,
+    plans what each layer would do, and returns it all as C(ansible_facts.deepep).
+  - The C(preflight) role gathers it at the start of a run; a layer that changes what it read (DOCA-OFED, the CUDA
+    toolkit, a reboot) gathers it again right after, so the layers after it read the node as it is now. A layer
+    reads on its own only where it is told to read elsewhere (its own C(sysfs_root), C(cuda_home), ...), as the facts
+    say where they were read (C(read_from)).
+  - A hand-written mapping that names a GPU or a port the node does not have fails the task, naming the entry and
+    what is accepted; nothing is changed.
+  - Read-only; never reports a change.
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  hca_mapping:
+    description:
+      - A hand-written GPU-to-NIC mapping that replaces the discovered one (C(deepep_hca_mapping)),
+        comma-separated C(<gpu>:<hca>[:<port>]) entries or a list of them. Empty keeps the discovered mapping.
+    type: raw
+    default: ""
+  cuda_version:
+    description:
+      - The CUDA release the C(cuda) layer pins (C(13.0)); the layer plan compares the toolkit found with it.
+        Empty compares with nothing.
+    type: str
+    default: ""
+extends_documentation_fragment:
+  - moe_infra.deepep.info_module
+  - moe_infra.deepep.node_reading
+seealso:
+  - module: moe_infra.deepep.deepep_node_info
+"""
+
+EXAMPLES = r"""
+- name: Read the node for every layer
+  moe_infra.deepep.deepep_facts:
+    registry_dwords: {PeerMappingOverride: 1}
+    cuda_version: "13.0"
+
+- name: Show the GPUs, the mapping and the plan
+  ansible.builtin.debug:
+    msg: >-
+      {{ ansible_facts.deepep.gpu.gpu_count }} GPUs; {{ ansible_facts.deepep.topology.deepep_device_to_hca_mapping }};
+      {{ ansible_facts.deepep.layers | map(attribute='layer') | zip(ansible_facts.deepep.layers
+         | map(attribute='status')) | map('join', '=') | join(', ') }}
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The node as read now.
+  returned: always
+  type: dict
+  contains:
+    deepep:
+      description:
+        - C(gpu), C(rdma), C(topology), C(cuda), C(driver_params) and C(compiler) as
+          M(moe_infra.deepep.deepep_node_info) returns them (C(topology) with the hand-written mapping in place when
+          one was given, then C(mapping_source) is C(deepep_hca_mapping)).
+        - C(layers), what each layer would do (C(layer), C(status) of C(ok), C(change), C(reboot), C(skip) or
+          C(blocked), C(found), C(action)).
+        - C(read_from), the options it was read with (C(sysfs_root), C(procfs_root), C(modprobe_dir),
+          C(rdma_include_dirs), C(cuda_home)).
+        - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
+          apart by it.
+      type: dict
+      returned: always
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import NODE_OPTIONS, read_node
+from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import apply_manual_mapping
+
+
+def main():
+    spec = dict(NODE_OPTIONS)
+    spec.update(hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""))
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    p = module.params
+    node = read_node(module, p)
+    if p["hca_mapping"] not in (None, "", []):
+        node["topology"], problems = apply_manual_mapping(node["topology"], p["hca_mapping"],
+                                                          node["gpu"]["gpu_count"], node["rdma"]["hcas"])
+        if problems:
+            module.fail_json(msg="%s. Nothing was changed." % "; ".join(problem["msg"] for problem in problems),
+                             problems=problems)
+    node["layers"] = layer_plan(node, p["cuda_version"])
+    node["read_from"] = dict(sysfs_root=p["sysfs_root"], procfs_root=p["procfs_root"],
+                             modprobe_dir=p["modprobe_dir"], rdma_include_dirs=p["include_dirs"],
+                             cuda_home=p["cuda_home"])
+    node["read_at"] = time.time_ns()
+    module.exit_json(changed=False, ansible_facts=dict(deepep=node))
+
+
+if __name__ == "__main__":
+    main()

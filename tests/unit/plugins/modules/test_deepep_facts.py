@@ -1,0 +1,72 @@
+# -*- coding: utf-8 -*-
+"""deepep_facts: the node reading every layer uses, as ansible_facts.deepep (deepep_node_info's reading, the
+hand-written mapping applied, the layer plan, where and when it was read)."""
+from __future__ import annotations
+
+from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_facts, deepep_node_info
+from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+
+
+def gather(run_module, tmp_path, **args):
+    args.setdefault("sysfs_root", str(tmp_path))
+    args.setdefault("procfs_root", str(tmp_path / "proc"))
+    result, failed = run_module(deepep_facts, args)
+    return result, failed
+
+
+def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_module, tmp_path):
+    machines.gcp_b200(tmp_path)
+    result, failed = gather(run_module, tmp_path, cuda_version="13.0", include_dirs=[str(tmp_path / "include")])
+    assert not failed and result["changed"] is False, result
+    facts = result["ansible_facts"]["deepep"]
+    reading, failed = run_module(deepep_node_info, dict(sysfs_root=str(tmp_path), procfs_root=str(tmp_path / "proc"),
+                                                        include_dirs=[str(tmp_path / "include")]))
+    assert not failed, reading
+    for key in ("gpu", "rdma", "topology", "cuda", "driver_params", "compiler"):
+        assert facts[key] == reading[key], key
+    assert facts["gpu"]["gpu_count"] == 8
+    assert facts["layers"] == layer_plan(reading, "13.0")
+    assert [entry["layer"] for entry in facts["layers"]][:2] == ["doca_ofed", "cuda"]
+    assert facts["read_from"] == {"sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"),
+                                  "modprobe_dir": "/etc/modprobe.d", "rdma_include_dirs": [str(tmp_path / "include")],
+                                  "cuda_home": "/usr/local/cuda"}
+
+
+def test_each_reading_is_told_apart_by_when_it_was_made(run_module, tmp_path):
+    machines.h200_no_nics(tmp_path)
+    first, first_failed = gather(run_module, tmp_path)
+    second, second_failed = gather(run_module, tmp_path)
+    assert not first_failed and not second_failed
+    assert second["ansible_facts"]["deepep"]["read_at"] > first["ansible_facts"]["deepep"]["read_at"] > 0
+
+
+def test_a_hand_written_mapping_replaces_the_discovered_one(run_module, tmp_path):
+    machines.gcp_b200(tmp_path)
+    result, failed = gather(run_module, tmp_path, hca_mapping="0:rocep6s0:1, 1:rocep4s0")
+    assert not failed, result
+    topology = result["ansible_facts"]["deepep"]["topology"]
+    assert topology["deepep_device_to_hca_mapping"] == "0:rocep6s0:1,1:rocep4s0:1"
+    assert topology["nvshmem_hca_list"] == "rocep6s0:1,rocep4s0:1"
+    assert topology["mapping_source"] == "deepep_hca_mapping"
+    listed, failed = gather(run_module, tmp_path, hca_mapping=["1:rocep4s0:1", "0:rocep6s0:1"])
+    assert not failed and listed["ansible_facts"]["deepep"]["topology"]["mapping"] == topology["mapping"]
+
+
+def test_a_bad_hand_written_mapping_fails_naming_the_entry(run_module, tmp_path):
+    machines.gcp_b200(tmp_path)
+    result, failed = gather(run_module, tmp_path, hca_mapping="8:rocep4s0:1,0:mlx5_0:1")
+    assert failed, result
+    assert result["msg"].startswith(
+        "deepep_hca_mapping: '8:rocep4s0:1' is not accepted (GPU 8 does not exist, this node has 8); accepted: "
+        "GPU indexes 0-7; deepep_hca_mapping: '0:mlx5_0:1' is not accepted (no RDMA device mlx5_0); accepted: the "
+        "RDMA devices here: rocep132s0, rocep134s0, "), result["msg"]
+    assert result["msg"].endswith(". Nothing was changed.")
+    assert "ansible_facts" not in result
+
+
+def test_no_mapping_keeps_the_discovered_one(run_module, tmp_path):
+    machines.gcp_b200(tmp_path)
+    for empty in ("", []):
+        result, failed = gather(run_module, tmp_path, hca_mapping=empty)
+        assert not failed and result["ansible_facts"]["deepep"]["topology"].get("mapping_source") != "deepep_hca_mapping"
