@@ -15,7 +15,8 @@ description:
     call (as M(moe_infra.deepep.deepep_node_info) does), applies a hand-written GPU-to-NIC mapping when one is given,
     plans what each layer would do, and returns it all as C(ansible_facts.deepep).
   - The C(preflight) role gathers it at the start of a run; a layer that changes what it read (DOCA-OFED, the CUDA
-    toolkit, a reboot) gathers it again right after, so the layers after it read the node as it is now. A layer
+    toolkit, a reboot) gathers it again right after with O(same_as), so the layers after it read the node as it is
+    now. A layer
     reads on its own only where it is told to read elsewhere (its own C(sysfs_root), C(cuda_home), ...), as the facts
     say where they were read (C(read_from)).
   - A hand-written mapping that names a GPU or a port the node does not have fails the task, naming the entry and
@@ -36,6 +37,13 @@ options:
         Empty compares with nothing.
     type: str
     default: ""
+  same_as:
+    description:
+      - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options.
+        A layer that changed the node passes C(ansible_facts.deepep.read_from) and needs none of the preflight
+        role's settings.
+      - An unknown key fails the task.
+    type: dict
 extends_documentation_fragment:
   - moe_infra.deepep.info_module
   - moe_infra.deepep.node_reading
@@ -70,8 +78,8 @@ ansible_facts:
           one was given, then C(mapping_source) is C(deepep_hca_mapping)).
         - C(layers), what each layer would do (C(layer), C(status) of C(ok), C(change), C(reboot), C(skip) or
           C(blocked), C(found), C(action)).
-        - C(read_from), the options it was read with (C(sysfs_root), C(procfs_root), C(modprobe_dir),
-          C(rdma_include_dirs), C(cuda_home)).
+        - C(read_from), every option it was read with (C(sysfs_root), C(procfs_root), C(modprobe_dir),
+          C(include_dirs), C(cuda_home), C(hca_mapping), C(cuda_version), ...), what O(same_as) takes.
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
@@ -87,11 +95,19 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import apply_manual_mapping
 
 
+READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""))
+
+
 def main():
-    spec = dict(NODE_OPTIONS)
-    spec.update(hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""))
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    p = module.params
+    module = AnsibleModule(argument_spec=dict(READ_OPTIONS, same_as=dict(type="dict")), supports_check_mode=True)
+    p = dict((name, module.params[name]) for name in READ_OPTIONS)
+    if module.params["same_as"] is not None:
+        unknown = sorted(set(module.params["same_as"]) - set(READ_OPTIONS))
+        if unknown:
+            module.fail_json(msg="same_as: %s is not an option of an earlier reading; accepted: a read_from of "
+                             "ansible_facts.deepep (%s)" % (", ".join(unknown), ", ".join(sorted(READ_OPTIONS))))
+        p = dict((name, spec.get("default")) for name, spec in READ_OPTIONS.items())
+        p.update(module.params["same_as"])
     node = read_node(module, p)
     if p["hca_mapping"] not in (None, "", []):
         node["topology"], problems = apply_manual_mapping(node["topology"], p["hca_mapping"],
@@ -100,9 +116,7 @@ def main():
             module.fail_json(msg="%s. Nothing was changed." % "; ".join(problem["msg"] for problem in problems),
                              problems=problems)
     node["layers"] = layer_plan(node, p["cuda_version"])
-    node["read_from"] = dict(sysfs_root=p["sysfs_root"], procfs_root=p["procfs_root"],
-                             modprobe_dir=p["modprobe_dir"], rdma_include_dirs=p["include_dirs"],
-                             cuda_home=p["cuda_home"])
+    node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))
 

@@ -14,8 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def yaml_files():
     for pattern in ("roles/*/*/*.yml", "roles/*/templates/*.j2", "playbooks/*.yml"):
-        for path in sorted(glob.glob(os.path.join(REPO, pattern))):
-            yield path
+        yield from sorted(glob.glob(os.path.join(REPO, pattern)))
 
 
 def test_difference_is_only_counted():

@@ -28,9 +28,11 @@ def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_modu
     assert facts["gpu"]["gpu_count"] == 8
     assert facts["layers"] == layer_plan(reading, "13.0")
     assert [entry["layer"] for entry in facts["layers"]][:2] == ["doca_ofed", "cuda"]
-    assert facts["read_from"] == {"sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"),
-                                  "modprobe_dir": "/etc/modprobe.d", "rdma_include_dirs": [str(tmp_path / "include")],
-                                  "cuda_home": "/usr/local/cuda"}
+    assert facts["read_from"] == {
+        "sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"), "modprobe_dir": "/etc/modprobe.d",
+        "include_dirs": [str(tmp_path / "include")], "cuda_home": "/usr/local/cuda", "nvidia_smi": "nvidia-smi",
+        "hca_include": [], "hca_exclude": [], "link_layer": "auto", "registry_dwords": {}, "module_params": {},
+        "hca_mapping": "", "cuda_version": "13.0"}
 
 
 def test_each_reading_is_told_apart_by_when_it_was_made(run_module, tmp_path):
@@ -70,3 +72,24 @@ def test_no_mapping_keeps_the_discovered_one(run_module, tmp_path):
     for empty in ("", []):
         result, failed = gather(run_module, tmp_path, hca_mapping=empty)
         assert not failed and result["ansible_facts"]["deepep"]["topology"].get("mapping_source") != "deepep_hca_mapping"
+
+
+def test_same_as_reads_again_with_what_an_earlier_reading_recorded(run_module, tmp_path):
+    machines.gcp_b200(tmp_path)
+    first, failed = gather(run_module, tmp_path, hca_mapping="0:rocep6s0:1", cuda_version="12.9",
+                           hca_exclude=["^rocep198"])
+    assert not failed, first
+    recorded = first["ansible_facts"]["deepep"]["read_from"]
+    # The other options are left out: a layer that changed the node knows none of the preflight role's settings.
+    again, failed = run_module(deepep_facts, dict(same_as=recorded))
+    assert not failed, again
+    facts = again["ansible_facts"]["deepep"]
+    assert facts["read_from"] == recorded
+    assert facts["topology"]["deepep_device_to_hca_mapping"] == "0:rocep6s0:1"
+    assert facts["layers"] == first["ansible_facts"]["deepep"]["layers"]
+    assert facts["read_at"] > first["ansible_facts"]["deepep"]["read_at"]
+
+
+def test_same_as_refuses_what_no_reading_records(run_module, tmp_path):
+    result, failed = run_module(deepep_facts, dict(same_as={"sysfs_root": str(tmp_path), "rdma_include_dirs": []}))
+    assert failed and result["msg"].startswith("same_as: rdma_include_dirs is not an option of an earlier reading")
