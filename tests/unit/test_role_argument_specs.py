@@ -69,3 +69,46 @@ def test_defaults_and_argument_specs_agree(role):
         if "choices" in option and not templated(value) and not set(values) <= set(option["choices"]):
             problems.append("%s: default %r is not one of its choices %s" % (name, value, option["choices"]))
     assert not problems, "\n".join(problems)
+
+
+def included_entry_points():
+    """(file, role, tasks_from) of every include_role / import_role with tasks_from in the playbooks and roles."""
+    found = []
+
+    def walk(items, path):
+        for item in items or []:
+            if not isinstance(item, dict):
+                continue
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
+                call = item.get(key)
+                if isinstance(call, dict) and call.get("tasks_from"):
+                    found.append((path, call["name"].split(".")[-1], call["tasks_from"]))
+            for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+                walk(item.get(key), path)
+
+    for folder in ("playbooks", "roles"):
+        for root, _dirs, files in os.walk(os.path.join(REPO, folder)):
+            for entry in files:
+                if entry.endswith(".yml"):
+                    path = os.path.join(root, entry)
+                    with open(path) as handle:
+                        walk(yaml.safe_load(handle), os.path.relpath(path, REPO))
+    return found
+
+
+def test_every_entry_point_a_playbook_or_role_includes_is_declared():
+    # ansible-doc shows what each entry point does and takes; an undeclared one runs unvalidated and undocumented
+    # (the deepep role's probe, preflight and python were).
+    entries = included_entry_points()
+    assert ("playbooks/site.yml", "deepep", "probe") in entries
+    # node_reboot's settle.yml includes each rebooted layer's verify by a templated name: the roles that give a
+    # reboot reason (deepep_reboot_reasons) stand for it.
+    entries = [entry for entry in entries if "{{" not in entry[1]] + [
+        ("roles/node_reboot/tasks/settle.yml", role, "verify") for role in ROLES if role != "node_reboot"
+        and "deepep_reboot_reasons" in "".join(open(path).read() for path in sorted(
+            os.path.join(REPO, "roles", role, "tasks", entry) for entry in os.listdir(
+                os.path.join(REPO, "roles", role, "tasks"))))]
+    assert len(entries) > 4
+    undeclared = ["%s: %s tasks_from %s" % (path, role, name) for path, role, name in entries
+                  if name not in ((load(role, "meta", "argument_specs.yml") or {}).get("argument_specs") or {})]
+    assert undeclared == []
