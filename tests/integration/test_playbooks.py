@@ -25,7 +25,7 @@ def playbook(name, tmp_path, *extra, machine=None, registry=""):
     if machine:
         machines.MACHINES[machine](sysfs)
         write_nvidia_params(proc, registry_dwords=registry)
-    modprobe.mkdir()
+    modprobe.mkdir(exist_ok=True)  # a second run on the same fixture node passes no machine
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"),
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"), os.path.join(REPO, "playbooks", name),
@@ -249,6 +249,12 @@ def test_hand_written_mapping_replaces_the_discovered_one(tmp_path):
     data = json.loads((out_dir / "localhost.json").read_text())
     assert data["node"]["topology"]["deepep_device_to_hca_mapping"] == "0:rocep6s0:1,1:rocep4s0:1"
     assert data["node"]["topology"]["mapping_source"] == "deepep_hca_mapping"
+    # The file holds no time of reading: the same node gives the same file, and a rerun changes nothing (molecule
+    # discovery's idempotence check failed when it held read_at).
+    assert "read_at" not in data["node"] and data["node"]["read_from"]["hca_mapping"] == "0:rocep6s0:1,1:rocep4s0:1"
+    rc, out = playbook("facts.yml", tmp_path, "-e", "deepep_facts_dir=%s" % out_dir,
+                       "-e", "deepep_hca_mapping=0:rocep6s0:1,1:rocep4s0:1")
+    assert rc == 0 and recap(out)["changed"] == 0, out
 
 
 @pytest.mark.parametrize("mapping, message", [
