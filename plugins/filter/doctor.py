@@ -25,6 +25,22 @@ def deepep_doctor_report(findings, fleet=None):
     return {"findings": merged, "summary": summary(merged)}
 
 
+def deepep_preflight_checks(facts_by_host, host):
+    """{host: ansible_facts} of the play's hosts -> this host's preflight checks ({findings, summary}): the
+    deepep facts' checks (deepep_facts' preflight_checks) with the inventory's (KF30 hostnames, GPU counts) over
+    every host that has them."""
+    if not isinstance(facts_by_host, dict) or host not in facts_by_host:
+        raise AnsibleFilterError("_deepep_preflight_checks: expected {host: ansible_facts} with %r in it" % (host,))
+
+    def checks(facts):
+        return ((facts or {}).get("deepep") or {}).get("checks")
+    if checks(facts_by_host[host]) is None:
+        raise AnsibleFilterError("_deepep_preflight_checks: %s has no ansible_facts.deepep.checks (read the node "
+                                 "with deepep_facts' preflight_checks first)" % host)
+    nodes = [dict(checks(facts)["node"], host=name) for name, facts in facts_by_host.items() if checks(facts)]
+    return deepep_doctor_report(checks(facts_by_host[host])["findings"], fleet_findings(nodes).get(host, []))
+
+
 def deepep_doctor_table(findings, width=60):
     """Plain-text lines: id, status, evidence, fix."""
     return table(findings, int(width))
@@ -36,4 +52,5 @@ class FilterModule(object):
             "_deepep_doctor_fleet": deepep_doctor_fleet,
             "_deepep_doctor_report": deepep_doctor_report,
             "_deepep_doctor_table": deepep_doctor_table,
+            "_deepep_preflight_checks": deepep_preflight_checks,
         }

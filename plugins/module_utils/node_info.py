@@ -108,6 +108,8 @@ def rdma_info(module, sysfs_root, include_dirs):
         ofed_version=ofed_version(module),
         mlx5_api_header=header,
         dmabuf_data_direct=has_symbol,
+        # The include directories with rdma-core's direct-verbs header (NVSHMEM's IBGDA transport needs it).
+        mlx5dv_include_dirs=[d for d in include_dirs if os.path.isfile(os.path.join(d, "infiniband", "mlx5dv.h"))],
         mellanox_pci_devices=mellanox_pci_devices(sysfs_root),
     )
 

@@ -37,6 +37,39 @@ options:
         Empty compares with nothing.
     type: str
     default: ""
+  preflight_checks:
+    description:
+      - Also run the doctor's checks for what no layer fixes (M(moe_infra.deepep.deepep_doctor) with
+        O(moe_infra.deepep.deepep_doctor#module:preflight_only)) on the trees just read, and return them under
+        C(checks). What those checks need to know besides those trees, as the doctor's options of the same names.
+        Unset, no checks run. No interpreter is started.
+    type: dict
+    suboptions:
+      root:
+        description: The node's root directory (the NVIDIA kernel source under C(usr/src), dpkg's status).
+        type: path
+        default: /
+      deepep_prefix:
+        description: Where the build layers install (C(deepep_prefix)).
+        type: path
+        default: /opt/deepep
+      build_user:
+        description: The unprivileged user the build layers build as (C(deepep_build_user)); empty, none.
+        type: str
+        default: deepep-build
+      gdrcopy_kernel_module:
+        description: Whether the run builds and loads gdrdrv (C(gdrcopy_kernel_module)).
+        type: bool
+        default: false
+      nvshmem_method:
+        description: Where NVSHMEM comes from (C(nvshmem_ibgda_method)).
+        type: str
+        choices: [wheel, source]
+        default: wheel
+      nvidia_driver_branch:
+        description: The driver branch the C(nvidia_driver) layer installs (when it is on); empty, none.
+        type: str
+        default: ""
   same_as:
     description:
       - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options.
@@ -80,6 +113,8 @@ ansible_facts:
           C(blocked), C(found), C(action)).
         - C(read_from), every option it was read with (C(sysfs_root), C(procfs_root), C(modprobe_dir),
           C(include_dirs), C(cuda_home), C(hca_mapping), C(cuda_version), ...), what O(same_as) takes.
+        - C(checks), with O(preflight_checks), the doctor's checks for what no layer fixes (C(findings),
+          C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
@@ -90,12 +125,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor_evidence import PREFLIGHT_OPTIONS, preflight_checks
 from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import NODE_OPTIONS, read_node
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import apply_manual_mapping
 
 
-READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""))
+READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
+                    preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS))
 
 
 def main():
@@ -116,6 +153,8 @@ def main():
             module.fail_json(msg="%s. Nothing was changed." % "; ".join(problem["msg"] for problem in problems),
                              problems=problems)
     node["layers"] = layer_plan(node, p["cuda_version"])
+    if p["preflight_checks"] is not None:
+        node["checks"] = preflight_checks(module, p, p["preflight_checks"])
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

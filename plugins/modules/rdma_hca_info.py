@@ -151,6 +151,11 @@ dmabuf_data_direct:
   description: Whether that header declares C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT).
   returned: always
   type: bool
+mlx5dv_include_dirs:
+  description: The O(include_dirs) that hold rdma-core's direct-verbs header C(infiniband/mlx5dv.h), in their order.
+  returned: always
+  type: list
+  elements: str
 waited_seconds:
   description: How long the module waited for the ports (O(wait_for_active)); 0 when the first read was ready.
   returned: always

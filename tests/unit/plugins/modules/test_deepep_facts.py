@@ -4,7 +4,7 @@ hand-written mapping applied, the layer plan, where and when it was read)."""
 from __future__ import annotations
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
-from ansible_collections.moe_infra.deepep.plugins.modules import deepep_facts, deepep_node_info
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor, deepep_facts, deepep_node_info
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 
 
@@ -32,7 +32,8 @@ def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_modu
         "sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"), "modprobe_dir": "/etc/modprobe.d",
         "include_dirs": [str(tmp_path / "include")], "cuda_home": "/usr/local/cuda", "nvidia_smi": "nvidia-smi",
         "hca_include": [], "hca_exclude": [], "link_layer": "auto", "registry_dwords": {}, "module_params": {},
-        "hca_mapping": "", "cuda_version": "13.0"}
+        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None}
+    assert "checks" not in facts  # only when asked for (preflight_checks)
 
 
 def test_each_reading_is_told_apart_by_when_it_was_made(run_module, tmp_path):
@@ -93,3 +94,28 @@ def test_same_as_reads_again_with_what_an_earlier_reading_recorded(run_module, t
 def test_same_as_refuses_what_no_reading_records(run_module, tmp_path):
     result, failed = run_module(deepep_facts, dict(same_as={"sysfs_root": str(tmp_path), "rdma_include_dirs": []}))
     assert failed and result["msg"].startswith("same_as: rdma_include_dirs is not an option of an earlier reading")
+
+
+def test_preflight_checks_run_on_what_was_just_read_as_the_doctor_runs_them(run_module, tmp_path):
+    # 8 B200s, no NVIDIA driver loaded (no params under procfs_root), gdrdrv asked for and no kernel source under
+    # root: the doctor's DRIVER and KF10, from the facts' own reading, with no second module call.
+    machines.gcp_b200(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    checks = {"root": str(root), "gdrcopy_kernel_module": True, "build_user": ""}
+    result, failed = gather(run_module, tmp_path, cuda_version="13.0", preflight_checks=checks)
+    assert not failed, result
+    found = result["ansible_facts"]["deepep"]["checks"]
+    doctor, failed = run_module(deepep_doctor, dict(sysfs_root=str(tmp_path), procfs_root=str(tmp_path / "proc"),
+                                                    root=str(root), gdrcopy_kernel_module=True, build_user="",
+                                                    cuda_version="13.0", preflight_only=True))
+    assert not failed, doctor
+    assert found["findings"] == doctor["findings"] and found["summary"] == doctor["summary"]
+    assert found["node"] == doctor["node"] and found["node"]["gpu_count"] == 8
+    status = dict((f["id"], f["status"]) for f in found["findings"])
+    assert status["KF10"] == "problem" and status["DRIVER"] == "problem"
+    # Only the checks no layer fixes: nothing that needs the interpreter or a build.
+    assert set(status) == {"KF10", "KF30", "KF33", "KF35", "PYTAR", "DRIVER"}
+    # A reading again with same_as runs them again, on the node as it is then.
+    again, failed = gather(run_module, tmp_path, same_as=result["ansible_facts"]["deepep"]["read_from"])
+    assert not failed and again["ansible_facts"]["deepep"]["checks"]["summary"] == found["summary"]

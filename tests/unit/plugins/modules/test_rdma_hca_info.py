@@ -100,6 +100,11 @@ def test_ofed_info_and_dmabuf_header(run_module, tmp_path, fake_bin):
     result = info(run_module, tmp_path / "sys", include_dirs=[str(tmp_path / "distro"), str(tmp_path / "doca")])
     assert result["mlx5_api_header"] == str(distro / "mlx5_api.h")
     assert result["dmabuf_data_direct"] is False
+    # Where rdma-core's direct-verbs header is (the nvshmem_ibgda role's KF11 check reads it from the facts).
+    assert result["mlx5dv_include_dirs"] == []
+    (with_symbol / "mlx5dv.h").write_text("/* mlx5dv */\n")
+    result = info(run_module, tmp_path / "sys", include_dirs=[str(tmp_path / "distro"), str(tmp_path / "doca")])
+    assert result["mlx5dv_include_dirs"] == [str(tmp_path / "doca")]
 
 
 def test_mellanox_pci_functions_with_and_without_a_driver(run_module, tmp_path):

@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+"""_deepep_preflight_checks: a host's preflight checks from the deepep facts, with the inventory's (KF30)."""
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.moe_infra.deepep.plugins.filter.doctor import deepep_preflight_checks
+
+
+def facts(hostname, gpus=8, hcas=8, problem=None):
+    findings = [{"id": "KF10", "status": "ok", "evidence": "", "fix": ""},
+                {"id": "KF30", "status": "unknown", "evidence": "needs the inventory", "fix": ""}]
+    if problem:
+        findings[0].update(status="problem", evidence=problem)
+    return {"deepep": {"checks": {"findings": findings, "node": {"hostname": hostname, "gpu_count": gpus,
+                                                                  "hca_count": hcas}}}}
+
+
+def test_two_nodes_with_one_hostname_are_a_problem_on_both():
+    hosts = {"a": facts("gpu-1"), "b": facts("gpu-1"), "c": facts("gpu-3")}
+    for host, other in (("a", "b"), ("b", "a")):
+        kf30 = [f for f in deepep_preflight_checks(hosts, host)["findings"] if f["id"] == "KF30"][0]
+        assert kf30["status"] == "problem" and kf30["evidence"] == "hostname gpu-1 is also %s's" % other
+    checks = deepep_preflight_checks(hosts, "c")
+    assert [f["status"] for f in checks["findings"] if f["id"] == "KF30"] == ["ok"]
+    assert checks["summary"]["problem"] == 0
+
+
+def test_the_nodes_own_problem_and_a_host_without_a_reading():
+    # A host whose discovery failed (rescued in preflight) has no checks: the others are compared without it.
+    hosts = {"a": facts("gpu-1", problem="no nv-p2p.h"), "b": {}}
+    checks = deepep_preflight_checks(hosts, "a")
+    assert checks["summary"]["problem"] == 1
+    assert [f["status"] for f in checks["findings"] if f["id"] == "KF30"] == ["not_applicable"]
+    with pytest.raises(AnsibleFilterError, match="b has no ansible_facts.deepep.checks"):
+        deepep_preflight_checks(hosts, "b")
+    with pytest.raises(AnsibleFilterError, match="expected"):
+        deepep_preflight_checks(hosts, "z")
