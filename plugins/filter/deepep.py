@@ -31,7 +31,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import
     report_lines,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils import nccl as nccl_plan
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import PlanError, build_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import PlanError, build_plan, source_version
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
     deepep_mapping_string,
     nvshmem_hca_list,
@@ -131,6 +131,12 @@ def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cma
         raise AnsibleFilterError(str(exc))
 
 
+def nvshmem_source_version(source, version=None):
+    """The NVSHMEM version a source build gives: the one declared (version), else read from the archive name or git
+    ref; '' when neither says."""
+    return source_version(version) if version else (source_version(source) or "")
+
+
 def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
     try:
         return nccl_plan.build_plan(source, compute_caps, python, version, jobs)
@@ -156,6 +162,7 @@ class FilterModule(object):
             "deepep_env": deepep_env,
             "_deepep_node_report": deepep_node_report,
             "_nvshmem_source_plan": nvshmem_source_plan,
+            "_nvshmem_source_version": nvshmem_source_version,
             "_nccl_source_plan": nccl_source_plan,
             "_nccl_planned_version": nccl_planned_version,
             "_deepep_torch_pin": deepep_torch_pin,

@@ -48,6 +48,13 @@ def test_mapping_filters_reject_malformed_input(bad):
         F["deepep_hca_mapping"](bad)
 
 
+def test_nvshmem_source_version_filter():
+    assert F["_nvshmem_source_version"]("nvshmem-v3.4.5-0.tar.gz") == "3.4.5"
+    assert F["_nvshmem_source_version"]("v3.5.19-1") == "3.5.19"
+    assert F["_nvshmem_source_version"]("nvshmem-src.tar.gz", "3.4.5-0") == "3.4.5"  # the declared one wins
+    assert F["_nvshmem_source_version"]("main") == ""
+
+
 def test_nvshmem_source_plan_filter():
     plan = F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], gdrcopy_root="/opt/deepep/gdrcopy/builds/x")
     assert plan["version"] == "3.4.5" and plan["cmake_options"]["GDRCOPY_HOME"] == "/opt/deepep/gdrcopy/builds/x"
