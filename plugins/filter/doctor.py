@@ -11,9 +11,13 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import fle
 
 
 def deepep_doctor_fleet(nodes):
-    """[{host, hostname, gpu_count, hca_count}] -> {host: [findings]} (KF30 hostnames, GPU counts)."""
+    """[{host, hostname, gpu_count, hca_count}], or {host: deepep_doctor's result} -> {host: [findings]} (KF30
+    hostnames, GPU counts)."""
+    if isinstance(nodes, dict) and all(isinstance(r, dict) and isinstance(r.get("node"), dict) for r in nodes.values()):
+        nodes = [dict(result["node"], host=host) for host, result in nodes.items()]
     if not isinstance(nodes, list) or not all(isinstance(n, dict) and "host" in n for n in nodes):
-        raise AnsibleFilterError("_deepep_doctor_fleet: expected a list of {host, hostname, gpu_count, hca_count}")
+        raise AnsibleFilterError("_deepep_doctor_fleet: expected a list of {host, hostname, gpu_count, hca_count}, or "
+                                 "{host: deepep_doctor's result}")
     return fleet_findings(nodes)
 
 

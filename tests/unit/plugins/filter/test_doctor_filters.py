@@ -37,3 +37,14 @@ def test_the_nodes_own_problem_and_a_host_without_a_reading():
         deepep_preflight_checks(hosts, "b")
     with pytest.raises(AnsibleFilterError, match="expected"):
         deepep_preflight_checks(hosts, "z")
+
+
+def test_the_fleet_from_the_registered_results_by_host():
+    from ansible_collections.moe_infra.deepep.plugins.filter.doctor import deepep_doctor_fleet
+    results = {"a": {"node": {"hostname": "gpu-1", "gpu_count": 8, "hca_count": 8}, "findings": []},
+               "b": {"node": {"hostname": "gpu-1", "gpu_count": 8, "hca_count": 8}, "findings": []}}
+    fleet = deepep_doctor_fleet(results)
+    assert fleet == deepep_doctor_fleet([dict(r["node"], host=h) for h, r in results.items()])
+    assert [f["status"] for f in fleet["a"] if f["id"] == "KF30"] == ["problem"]
+    with pytest.raises(AnsibleFilterError, match="expected a list"):
+        deepep_doctor_fleet({"a": {"findings": []}})
