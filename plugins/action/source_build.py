@@ -207,12 +207,13 @@ class ActionModule(ActionBase):
         begun = time.time()
         wait = 1  # a switch or an install answers within a second or two
         while True:
-            time.sleep(wait)
-            wait = interval
+            # The status module waits on the node until the job ends or `wait` passes: the end is seen at once, not
+            # at the next check.
             status = self._execute_module(module_name="moe_infra.deepep.source_build_status",
                                           module_args=dict(results_file=started["results_file"], log=log,
-                                                           heartbeat=heartbeat),
+                                                           heartbeat=heartbeat, wait=wait),
                                           task_vars=task_vars)
+            wait = interval
             self._remove_tmp_path(self._connection._shell.tmpdir)
             if status.get("failed"):
                 return status

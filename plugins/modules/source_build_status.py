@@ -35,6 +35,13 @@ options:
       - The build's heartbeat file (M(moe_infra.deepep.source_build)'s O(moe_infra.deepep.source_build#module:heartbeat)),
         touched while the job runs (the run still looks after it).
     type: path
+  wait:
+    description:
+      - Seconds to wait on the node for the job to end, looking at its file four times a second, before answering
+        that it still runs; it answers as soon as the job has ended. The action plugin's check interval, so that a
+        build's end is seen within a quarter of a second rather than at the next check. 0 answers at once.
+    type: float
+    default: 0
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -70,6 +77,7 @@ result:
 
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -95,18 +103,24 @@ def main():
             log=dict(type="path"),
             cleanup=dict(type="bool", default=True),
             heartbeat=dict(type="path"),
+            wait=dict(type="float", default=0),
         ),
         supports_check_mode=True,
     )
     path = module.params["results_file"]
-    if not os.path.isfile(path):
-        module.fail_json(msg="results_file: %s does not exist: the background build is gone (the node rebooted, or its "
-                             "job file was removed); run the play again" % path)
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except ValueError:
-        data = {"started": 1, "finished": 0}  # being written
+    deadline = time.time() + max(module.params["wait"], 0)
+    while True:
+        if not os.path.isfile(path):
+            module.fail_json(msg="results_file: %s does not exist: the background build is gone (the node rebooted, or "
+                                 "its job file was removed); run the play again" % path)
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+        except ValueError:
+            data = {"started": 1, "finished": 0}  # being written
+        if not (data.get("started") and not data.get("finished")) or time.time() >= deadline:
+            break
+        time.sleep(0.25)
     # The wrapper's own record says started/finished; once the build ended the file holds the build's result.
     finished = not (data.get("started") and not data.get("finished"))
     if finished and module.params["cleanup"] and not module.check_mode:

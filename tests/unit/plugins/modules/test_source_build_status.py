@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 from ansible_collections.moe_infra.deepep.plugins.modules import source_build_status as module
 
@@ -36,3 +38,29 @@ def test_half_written_job_file_is_a_running_build(run_module, tmp_path):
 def test_missing_job_file_says_what_happened(run_module, tmp_path):
     result, failed = run_module(module, dict(results_file=str(tmp_path / "gone")))
     assert failed and "the background build is gone" in result["msg"]
+
+
+def test_wait_answers_as_soon_as_the_build_ends(run_module, tmp_path):
+    # The job ends 0.6 s into a 30 s wait: the answer comes then, with the result, not after the wait.
+    job = tmp_path / "j1.5"
+    job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1.5"}))
+
+    def finish():
+        time.sleep(0.6)
+        job.write_text(json.dumps({"changed": True, "action": "build", "fingerprint": "ab" * 8}))
+    writer = threading.Thread(target=finish)
+    writer.start()
+    started = time.time()
+    result, failed = run_module(module, dict(results_file=str(job), wait=30))
+    writer.join()
+    assert not failed and result["finished"] is True and result["result"]["fingerprint"] == "ab" * 8
+    assert 0.5 < time.time() - started < 5
+
+
+def test_wait_on_a_build_that_goes_on_answers_after_the_wait(run_module, tmp_path):
+    job = tmp_path / "j1.6"
+    job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1.6"}))
+    started = time.time()
+    result, failed = run_module(module, dict(results_file=str(job), wait=0.8))
+    assert not failed and result["finished"] is False and job.exists()
+    assert 0.7 < time.time() - started < 5
