@@ -340,11 +340,11 @@ PREFLIGHT_OPTIONS = dict(
 
 def preflight_checks(module, read_from, options):
     """The doctor's checks for what no layer fixes (those marked preflight; KF30 needs the inventory: the
-    _deepep_preflight_problems filter), on the trees a deepep_facts reading came from. No interpreter starts.
+    _deepep_preflight_checks filter), on the trees a deepep_facts reading came from. No interpreter starts.
     Returns {findings, summary, node}."""
     p = dict((name, spec.get("default")) for name, spec in OPTIONS.items())
-    p.update((name, read_from[name]) for name in ("sysfs_root", "procfs_root", "modprobe_dir", "include_dirs",
-                                                   "cuda_home", "cuda_version"))
+    read = ("sysfs_root", "procfs_root", "modprobe_dir", "include_dirs", "cuda_home", "cuda_version")
+    p.update((name, read_from[name]) for name in read)
     p.update(options)
     p["preflight_only"] = True
     evidence = gather(module, p, probe=False)

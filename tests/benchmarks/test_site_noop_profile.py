@@ -14,12 +14,15 @@ import json
 import os
 
 from ansible_collections.moe_infra.deepep.tests.integration import test_deepep_playbook as playbook_tests
-from ansible_collections.moe_infra.deepep.tests.integration.test_deepep_playbook import node, shared_inputs  # noqa: F401
+
+# The integration tests' fixtures: the fixture node and what it is made from.
+shared_inputs = playbook_tests.shared_inputs
+node = playbook_tests.node
 
 OUT = os.environ.get("NOOP_PROFILE_DIR", "/tmp/noop-profile")
 
 
-def test_site_noop_profile(node):  # noqa: F811  (the fixture imported above)
+def test_site_noop_profile(node):  # noqa: F811  (the fixture above)
     os.makedirs(OUT, exist_ok=True)
     playbook_tests.write_nvidia_params(str(node["tmp"] / "proc"))
     playbook_tests.write_nvidia_module_version(str(node["sysfs"]))

@@ -13,8 +13,8 @@ def facts(hostname, gpus=8, hcas=8, problem=None):
                 {"id": "KF30", "status": "unknown", "evidence": "needs the inventory", "fix": ""}]
     if problem:
         findings[0].update(status="problem", evidence=problem)
-    return {"deepep": {"checks": {"findings": findings, "node": {"hostname": hostname, "gpu_count": gpus,
-                                                                  "hca_count": hcas}}}}
+    node = {"hostname": hostname, "gpu_count": gpus, "hca_count": hcas}
+    return {"deepep": {"checks": {"findings": findings, "node": node}}}
 
 
 def test_two_nodes_with_one_hostname_are_a_problem_on_both():
