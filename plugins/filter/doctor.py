@@ -39,8 +39,9 @@ def deepep_preflight_checks(facts_by_host, host):
     def checks(facts):
         return ((facts or {}).get("deepep") or {}).get("checks")
     if checks(facts_by_host[host]) is None:
-        raise AnsibleFilterError("_deepep_preflight_checks: %s has no ansible_facts.deepep.checks (read the node "
-                                 "with deepep_facts' preflight_checks first)" % host)
+        # Read without the checks (ansible-core 2.18 templates a role variable that uses this filter even where the
+        # expression does not take that branch): nothing was checked, nothing found.
+        return deepep_doctor_report([])
     nodes = [dict(checks(facts)["node"], host=name) for name, facts in facts_by_host.items() if checks(facts)]
     return deepep_doctor_report(checks(facts_by_host[host])["findings"], fleet_findings(nodes).get(host, []))
 
