@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import run_as
+from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import FALLBACK_USER, probe_account, run_as
 
 PROBE = r'''
 import glob, importlib.metadata as md, importlib.util, json, os, sys
@@ -206,3 +206,53 @@ def run_probe_cached(module, python, script, env, cache_dir, run=None):
         except OSError:
             pass  # a cache that cannot be written only costs the next run a probe
     return rc, out, err, False
+
+
+# torch_stack_info's options, and deepep_facts' interpreter suboptions (what read_stack takes).
+STACK_OPTIONS = dict(
+    python=dict(type="path", required=True),
+    pythonpath=dict(type="list", elements="path", default=[]),
+    environment=dict(type="dict", default={}),
+    cache_dir=dict(type="path", default=""),
+    missing_ok=dict(type="bool", default=False),
+    run_as=dict(type="str", default=""),
+)
+
+
+def _probe(module, python, script, env, cache_dir, cached, run):
+    rc, out, err, hit = run_probe_cached(module, python, script, env, cache_dir, run)
+    cached.append(hit)
+    if rc != 0:
+        module.fail_json(msg="%s could not run the probe: %s" % (python, (err or out).strip()[-2000:]), rc=rc)
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        module.fail_json(msg="unexpected probe output from %s: %s" % (python, out[-2000:]))
+
+
+def read_stack(module, params):
+    """torch, NCCL, the NVSHMEM and NCCL wheels, numpy and whether deep_ep imports, as the interpreter of
+    STACK_OPTIONS' params sees them (torch_stack_info's return, with exists and cached)."""
+    python = params["python"]
+    if params["missing_ok"] and not os.path.lexists(python):
+        return dict(exists=False, cached=False, python_version=None, torch={"version": None, "cuda": None, "nccl": None},
+                    nvshmem_wheel=None, nccl_wheel=None, numpy=None,
+                    deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
+                             "undefined_symbol": False, "nvshmem_host_loaded": None})
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg="python: %s is not an executable interpreter; set it to the Python that has torch" % python)
+    try:
+        run = runner(module, probe_account(params["run_as"]))
+    except KeyError:
+        module.fail_json(msg="run_as: neither %s nor %s is a user on this node; create the build user or set run_as "
+                             "to ''" % (params["run_as"], FALLBACK_USER))
+    env = {key: str(value) for key, value in (params["environment"] or {}).items()}
+    env["LC_ALL"] = "C"
+    cached = []
+    result = _probe(module, python, PROBE, env, params["cache_dir"], cached, run)
+    env["PYTHONPATH"] = os.pathsep.join(params["pythonpath"] or [])
+    deep_ep = _probe(module, python, IMPORT_PROBE, env, params["cache_dir"], cached, run)
+    deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
+    result["deep_ep"] = deep_ep
+    result.update(exists=True, cached=all(cached))
+    return result

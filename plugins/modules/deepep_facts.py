@@ -70,6 +70,32 @@ options:
         description: The driver branch the C(nvidia_driver) layer installs (when it is on); empty, none.
         type: str
         default: ""
+  interpreter:
+    description:
+      - Also read the interpreter DeepEP is built with (torch, the NCCL it loads, the NVSHMEM and NCCL wheels,
+        whether C(deep_ep) imports), as M(moe_infra.deepep.torch_stack_info) does with these options and
+        C(missing_ok), and return it under C(interpreter). Recorded in C(read_from), so a layer that changes the
+        node or the interpreter (a reboot, an install into the venv, another NCCL) reads it again with O(same_as).
+      - Unset, no interpreter is started.
+    type: dict
+    suboptions:
+      python:
+        description: The interpreter (C(deepep_python), or the deepep role's venv, which may not exist yet).
+        type: path
+        required: true
+      pythonpath:
+        description: C(PYTHONPATH) for the C(deep_ep) import check (the current DeepEP build's source tree).
+        type: list
+        elements: path
+        default: []
+      cache_dir:
+        description: Where the probe's answers are kept between runs (C(deepep_probe_cache_dir)); empty, nowhere.
+        type: path
+        default: ""
+      run_as:
+        description: The unprivileged user the interpreter runs as (C(deepep_test_user)); empty, the module's user.
+        type: str
+        default: ""
   same_as:
     description:
       - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options.
@@ -113,6 +139,8 @@ ansible_facts:
           C(blocked), C(found), C(action)).
         - C(read_from), every option it was read with (C(sysfs_root), C(procfs_root), C(modprobe_dir),
           C(include_dirs), C(cuda_home), C(hca_mapping), C(cuda_version), ...), what O(same_as) takes.
+        - C(interpreter), with O(interpreter), what M(moe_infra.deepep.torch_stack_info) returns for it
+          (C(exists) false for an interpreter not created yet); absent otherwise.
         - C(checks), with O(preflight_checks), the doctor's checks for what no layer fixes (C(findings),
           C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
@@ -129,10 +157,16 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor_evidence i
 from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import NODE_OPTIONS, read_node
 from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import apply_manual_mapping
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import read_stack
+
+INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
+                           pythonpath=dict(type="list", elements="path", default=[]),
+                           cache_dir=dict(type="path", default=""), run_as=dict(type="str", default=""))
 
 
 READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
-                    preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS))
+                    preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS),
+                    interpreter=dict(type="dict", options=INTERPRETER_OPTIONS))
 
 
 def main():
@@ -155,6 +189,13 @@ def main():
     node["layers"] = layer_plan(node, p["cuda_version"])
     if p["preflight_checks"] is not None:
         node["checks"] = preflight_checks(module, p, p["preflight_checks"])
+    if p["interpreter"] is not None:
+        interpreter = dict((name, spec.get("default")) for name, spec in INTERPRETER_OPTIONS.items())
+        interpreter.update(p["interpreter"])
+        if not interpreter["python"]:
+            module.fail_json(msg="interpreter: python is required (the interpreter DeepEP is built with)")
+        p["interpreter"] = interpreter
+        node["interpreter"] = read_stack(module, dict(interpreter, environment={}, missing_ok=True))
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

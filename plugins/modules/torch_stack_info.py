@@ -120,61 +120,13 @@ cached:
   type: bool
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached, runner
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import FALLBACK_USER, probe_account
-
-
-def run_probe(module, script, env, cached, run):
-    rc, out, err, hit = run_probe_cached(module, module.params["python"], script, env, module.params["cache_dir"], run)
-    cached.append(hit)
-    if rc != 0:
-        module.fail_json(msg="%s could not run the probe: %s" % (module.params["python"], (err or out).strip()[-2000:]),
-                         rc=rc)
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        module.fail_json(msg="unexpected probe output from %s: %s" % (module.params["python"], out[-2000:]))
+from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import STACK_OPTIONS, read_stack
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type="path", required=True),
-            pythonpath=dict(type="list", elements="path", default=[]),
-            environment=dict(type="dict", default={}),
-            cache_dir=dict(type="path", default=""),
-            missing_ok=dict(type="bool", default=False),
-            run_as=dict(type="str", default=""),
-        ),
-        supports_check_mode=True,
-    )
-    python = module.params["python"]
-    if module.params["missing_ok"] and not os.path.lexists(python):
-        module.exit_json(changed=False, exists=False, cached=False, python_version=None,
-                         torch={"version": None, "cuda": None, "nccl": None}, nvshmem_wheel=None, nccl_wheel=None,
-                         numpy=None, deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
-                                              "undefined_symbol": False, "nvshmem_host_loaded": None})
-    if not os.access(python, os.X_OK):
-        module.fail_json(msg="python: %s is not an executable interpreter; set it to the Python that has torch"
-                             % python)
-    try:
-        run = runner(module, probe_account(module.params["run_as"]))
-    except KeyError:
-        module.fail_json(msg="run_as: neither %s nor %s is a user on this node; create the build user or set run_as "
-                             "to ''" % (module.params["run_as"], FALLBACK_USER))
-    env = {key: str(value) for key, value in module.params["environment"].items()}
-    env["LC_ALL"] = "C"
-    cached = []
-    result = run_probe(module, PROBE, env, cached, run)
-    env["PYTHONPATH"] = os.pathsep.join(module.params["pythonpath"])
-    deep_ep = run_probe(module, IMPORT_PROBE, env, cached, run)
-    deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
-    result["deep_ep"] = deep_ep
-    module.exit_json(changed=False, exists=True, cached=all(cached), **result)
+    module = AnsibleModule(argument_spec=STACK_OPTIONS, supports_check_mode=True)
+    module.exit_json(changed=False, **read_stack(module, module.params))
 
 
 if __name__ == "__main__":

@@ -98,9 +98,9 @@ def included_entry_points():
 
 def test_every_entry_point_a_playbook_or_role_includes_is_declared():
     # ansible-doc shows what each entry point does and takes; an undeclared one runs unvalidated and undocumented
-    # (the deepep role's probe, preflight and python were).
+    # (the deepep role's preflight and python were).
     entries = included_entry_points()
-    assert ("playbooks/site.yml", "deepep", "probe") in entries
+    assert ("playbooks/build_layers.yml", "deepep", "preflight") in entries
     # node_reboot's settle.yml includes each rebooted layer's verify by a templated name: the roles that give a
     # reboot reason (deepep_reboot_reasons) stand for it.
     entries = [entry for entry in entries if "{{" not in entry[1]] + [

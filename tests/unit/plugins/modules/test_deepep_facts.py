@@ -4,8 +4,9 @@ hand-written mapping applied, the layer plan, where and when it was read)."""
 from __future__ import annotations
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
-from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor, deepep_facts, deepep_node_info
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor, deepep_facts, deepep_node_info, torch_stack_info
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
 
 
 def gather(run_module, tmp_path, **args):
@@ -32,8 +33,8 @@ def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_modu
         "sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"), "modprobe_dir": "/etc/modprobe.d",
         "include_dirs": [str(tmp_path / "include")], "cuda_home": "/usr/local/cuda", "nvidia_smi": "nvidia-smi",
         "hca_include": [], "hca_exclude": [], "link_layer": "auto", "registry_dwords": {}, "module_params": {},
-        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None}
-    assert "checks" not in facts  # only when asked for (preflight_checks)
+        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None, "interpreter": None}
+    assert "checks" not in facts and "interpreter" not in facts  # only when asked for
 
 
 def test_each_reading_is_told_apart_by_when_it_was_made(run_module, tmp_path):
@@ -119,3 +120,34 @@ def test_preflight_checks_run_on_what_was_just_read_as_the_doctor_runs_them(run_
     # A reading again with same_as runs them again, on the node as it is then.
     again, failed = gather(run_module, tmp_path, same_as=result["ansible_facts"]["deepep"]["read_from"])
     assert not failed and again["ansible_facts"]["deepep"]["checks"]["summary"] == found["summary"]
+
+
+def test_the_build_interpreter_is_read_with_the_node_and_again_with_same_as(run_module, tmp_path):
+    machines.h200_no_nics(tmp_path)
+    venv = tmp_path / "venv" / "bin" / "python"
+    asked = {"python": str(venv), "pythonpath": [str(tmp_path / "src")], "cache_dir": "", "run_as": ""}
+    # The deepep role's venv before the role creates it: an answer, not an error.
+    before, failed = gather(run_module, tmp_path, interpreter=asked)
+    assert not failed, before
+    facts = before["ansible_facts"]["deepep"]
+    assert facts["interpreter"]["exists"] is False and facts["interpreter"]["torch"]["version"] is None
+    assert facts["read_from"]["interpreter"] == asked
+    # After the install (a layer read the node again with what the first reading recorded): the same as
+    # torch_stack_info reads it, with the node.
+    python = make_python_site(tmp_path / "site", nccl_runtime=(2, 30, 7))
+    venv.parent.mkdir(parents=True)
+    venv.symlink_to(python)
+    after, failed = run_module(deepep_facts, dict(same_as=facts["read_from"]))
+    assert not failed, after
+    direct, failed = run_module(torch_stack_info, dict(asked, missing_ok=True))
+    assert not failed, direct
+    stack = after["ansible_facts"]["deepep"]["interpreter"]
+    assert stack["exists"] is True and stack["torch"]["nccl"] == "2.30.7"
+    assert stack == dict((key, value) for key, value in direct.items() if key not in ("changed", "invocation"))
+    assert after["ansible_facts"]["deepep"]["gpu"] == facts["gpu"]
+
+
+def test_an_interpreter_without_python_is_refused(run_module, tmp_path):
+    machines.h200_no_nics(tmp_path)
+    result, failed = run_module(deepep_facts, dict(same_as={"sysfs_root": str(tmp_path), "interpreter": {"run_as": ""}}))
+    assert failed and result["msg"].startswith("interpreter: python is required"), result
