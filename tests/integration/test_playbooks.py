@@ -350,7 +350,8 @@ def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, to
     python = make_python_site(tmp_path / "venv", torch=torch)
     rc, out = playbook("site.yml", tmp_path, "--tags", "preflight", "-e", json.dumps({
         "deepep_python": python, "deepep_version": version, "nccl_method": nccl_method}), machine="gcp_b200")
-    assert "TASK [Read the torch and NCCL of the given interpreter]" in out
+    # Read with the node, in the preflight role's one call (ansible_facts.deepep.interpreter): no second reading.
+    assert "Read the node and the build interpreter" not in out
     if refused is None:
         assert rc == 0 and "PLAY [System layers" in out, out
         return
@@ -361,7 +362,7 @@ def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, to
 
 
 def test_tags_deepep_leaves_the_interpreter_to_deepeps_own_check(tmp_path):
-    # --tags deepep runs no system layer: the preflight play does not read the interpreter; the deepep play's input
+    # --tags deepep runs no system layer: the preflight play does not read the interpreter; the build layers' input
     # check reads it once and refuses V2 with NCCL 2.28.9 (KF31) before DeepEP changes anything (nccl_method none:
     # no layer provides another NCCL).
     python = make_python_site(tmp_path / "venv", torch="2.11.0+cu130")
@@ -369,7 +370,9 @@ def test_tags_deepep_leaves_the_interpreter_to_deepeps_own_check(tmp_path):
         "deepep_python": python, "deepep_version": "v2", "deepep_git_ref": "0123abcd", "cuda_version": "13.0",
         "nccl_method": "none"}), machine="gcp_b200")
     assert rc == 2, out
-    read = out.index("TASK [Read the torch and NCCL of the given interpreter]")
-    assert out[read:].split("TASK [", 2)[1].split("\n", 2)[1].startswith("skipping: [localhost]"), out[read:read + 400]
+    task = "TASK [moe_infra.deepep.deepep : Read the node and the build interpreter]"
+    assert out.count(task) == 1, out
+    assert out[out.index(task):].split("\n", 2)[1].startswith("ok: [localhost]"), out
+    assert out.index(task) > out.index("PLAY [Check the DeepEP inputs before changing anything]"), out
     assert "[KF31] DeepEP V2 needs NCCL >= 2.30.4; found 2.28.9" in re.sub(r"\s*\n\s*", " ", out), out
     assert recap(out)["changed"] == 0
