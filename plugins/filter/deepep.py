@@ -1,71 +1,49 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Pure filters: CUDA arch strings and GPU-to-NIC mapping strings. No I/O."""
+"""Pure filters of the build layers: CUDA arch strings, GPU-to-NIC mapping strings, the DeepEP inputs and env, the
+NVSHMEM and NCCL source plans, the build commands. No I/O.
+
+Each filter imports its module_utils when called: to find any one filter of a collection, ansible-core imports every
+filter file of it, from source, in every task's worker process (docs/roles-and-modules.md, "Filters")."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_commands import (
-    CommandError,
-    deepep_commands,
-    gdrcopy_commands,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check as compat_check
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
-    ArchError,
-    cmake_cuda_architectures,
-    compute_cap_of,
-    torch_cuda_arch_list,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import (
-    EnvError,
-    build_env,
-    process_env,
-    render_lines,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import (
-    layer_plan,
-    report_lines,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils import nccl as nccl_plan
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import PlanError, build_plan, source_version
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
-    deepep_mapping_string,
-    nvshmem_hca_list,
-)
-
 
 def deepep_build_commands(component, **options):
     """'gdrcopy' or 'deepep' -> {build, verify}: the commands source_build runs, every site value quoted."""
-    builders = {"gdrcopy": gdrcopy_commands, "deepep": deepep_commands}
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import build_commands
+
+    builders = {"gdrcopy": build_commands.gdrcopy_commands, "deepep": build_commands.deepep_commands}
     if component not in builders:
         raise AnsibleFilterError("_deepep_build_commands: %r is not one of %s" % (component, ", ".join(builders)))
     try:
         return builders[component](**options)
-    except (CommandError, TypeError) as exc:
+    except (build_commands.CommandError, TypeError) as exc:
         raise AnsibleFilterError("_deepep_build_commands(%s): %s" % (component, exc))
 
 
-def _arch(function, values):
+def _arch(function_name, values):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import cuda_arch
+
     try:
-        return function(values)
-    except ArchError as exc:
+        return getattr(cuda_arch, function_name)(values)
+    except cuda_arch.ArchError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def compute_cap(value):
-    return _arch(compute_cap_of, value)
+    return _arch("compute_cap_of", value)
 
 
 def torch_arch_list(values):
-    return _arch(torch_cuda_arch_list, values)
+    return _arch("torch_cuda_arch_list", values)
 
 
 def cmake_arch(values):
-    return _arch(cmake_cuda_architectures, values)
+    return _arch("cmake_cuda_architectures", values)
 
 
 def _check_mapping(mapping):
@@ -77,17 +55,23 @@ def _check_mapping(mapping):
 
 
 def deepep_hca_mapping(mapping):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string
+
     return deepep_mapping_string(_check_mapping(mapping))
 
 
 def nvshmem_hca_list_filter(mapping):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import nvshmem_hca_list
+
     return nvshmem_hca_list(_check_mapping(mapping))
 
 
 def deepep_compat(facts):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check
+
     if not isinstance(facts, dict):
         raise AnsibleFilterError("deepep_compat expects a dict of versions, got %r" % (facts,))
-    return compat_check(facts)
+    return check(facts)
 
 
 NODE_KEYS = ("gpu", "rdma", "topology", "driver_params", "cuda")
@@ -101,53 +85,67 @@ def _check_node(node):
 
 
 def deepep_node_report(node, plan=None):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan, report_lines
+
     node = _check_node(node)
     return report_lines(node, plan if plan is not None else layer_plan(node))
 
 
 def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False, ld_library_path="",
                jit_cache_dir="", generation="v1", legacy_kernels=False, gin="auto"):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import envscript
+
     node = _check_node(node)
     if generation not in ("v1", "v2"):
         raise AnsibleFilterError("deepep_env: generation %r is not v1 or v2 (deepep_version)" % (generation,))
     try:
-        result = build_env(node, pythonpath, ld_preload, extra, force_ibgda, ld_library_path, jit_cache_dir,
-                           generation, bool(legacy_kernels), gin)
-    except EnvError as exc:
+        result = envscript.build_env(node, pythonpath, ld_preload, extra, force_ibgda, ld_library_path,
+                                     jit_cache_dir, generation, bool(legacy_kernels), gin)
+    except envscript.EnvError as exc:
         raise AnsibleFilterError(str(exc))
-    result["lines"] = render_lines(result)
-    result["process_env"] = process_env(result)
+    result["lines"] = envscript.render_lines(result)
+    result["process_env"] = envscript.process_env(result)
     return result
 
 
 def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems
+
     return torch_pin_problems(torch_version, index_url, pip_extra_args)
 
 
 def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import nvshmem
+
     try:
-        return build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
-    except PlanError as exc:
+        return nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
+    except nvshmem.PlanError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def nvshmem_source_version(source, version=None):
     """The NVSHMEM version a source build gives: the one declared (version), else read from the archive name or git
     ref; '' when neither says."""
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import source_version
+
     return source_version(version) if version else (source_version(source) or "")
 
 
 def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import nccl
+
     try:
-        return nccl_plan.build_plan(source, compute_caps, python, version, jobs)
-    except nccl_plan.PlanError as exc:
+        return nccl.build_plan(source, compute_caps, python, version, jobs)
+    except nccl.PlanError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def nccl_planned_version(settings):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.nccl import planned_version
+
     if not isinstance(settings, dict):
         raise AnsibleFilterError("_nccl_planned_version expects a dict of nccl_* variables, got %r" % (settings,))
-    return nccl_plan.planned_version(settings)
+    return planned_version(settings)
 
 
 class FilterModule(object):

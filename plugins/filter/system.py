@@ -1,29 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Pure filters for the system layers and the reboot contract (module_utils/system_layers.py)."""
+"""Pure filters for the system layers and the reboot contract (module_utils/system_layers.py).
+
+Each filter imports its module_utils when called: to find any one filter of a collection, ansible-core imports every
+filter file of it, from source, in every task's worker process (docs/roles-and-modules.md, "Filters")."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import (
-    DecisionError,
-    apt_origin,
-    dkms_problems,
-    doca_decision,
-    doca_reboot_reason,
-    doca_verify_problems,
-    driver_decision,
-    gdrdrv_problems,
-    peermapping_decision,
-    reboot_plan,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
-    desired_settings,
-    subset_driver_params,
-)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.prerequisites import prerequisite_packages
 
 
 def _dict(value, what):
@@ -33,18 +19,24 @@ def _dict(value, what):
 
 
 def nvidia_peermapping_decision(params, hca_count=0, force=False):
-    return peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
+    return system_layers.peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
 
 
 def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branch="580"):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
     try:
-        return driver_decision(_dict(gpu, "nvidia_gpu_info's result"), _dict(params, "nvidia_driver_params' result"),
+        return system_layers.driver_decision(_dict(gpu, "nvidia_gpu_info's result"), _dict(params, "nvidia_driver_params' result"),
                                [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""))
-    except DecisionError as exc:
+    except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def nvidia_driver_params_subset(params, registry_dwords=None, module_params=None):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import desired_settings, subset_driver_params
+
     params = _dict(params, "nvidia_driver_params' result (state=query)")
     wanted = {}
     for option, values in (("registry_dwords", registry_dwords), ("module_params", module_params)):
@@ -55,30 +47,46 @@ def nvidia_driver_params_subset(params, registry_dwords=None, module_params=None
 
 
 def doca_ofed_decision(rdma, policy="auto"):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
     try:
-        return doca_decision(_dict(rdma, "rdma_hca_info's result"), policy)
-    except DecisionError as exc:
+        return system_layers.doca_decision(_dict(rdma, "rdma_hca_info's result"), policy)
+    except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def doca_ofed_state(rdma):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
     rdma = _dict(rdma, "rdma_hca_info's result")
-    return {"reboot_reason": doca_reboot_reason(rdma), "problems": doca_verify_problems(rdma)}
+    return {"reboot_reason": system_layers.doca_reboot_reason(rdma), "problems": system_layers.doca_verify_problems(rdma)}
 
 
 def dkms_missing(status_output, kernel, modules):
-    return dkms_problems(status_output, kernel, list(modules or []))
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
+    return system_layers.dkms_problems(status_output, kernel, list(modules or []))
 
 
 def deepep_reboot_plan(reasons, policy="auto", rebooted=False):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
     try:
-        return reboot_plan(policy, _dict(reasons or {}, "{layer: reason}"), bool(rebooted))
-    except DecisionError as exc:
+        return system_layers.reboot_plan(policy, _dict(reasons or {}, "{layer: reason}"), bool(rebooted))
+    except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def gdrdrv_blockers(container_markers, nvidia_src_dirs=None, kernel_headers=False):
-    return gdrdrv_problems(list(container_markers or []), list(nvidia_src_dirs or []), bool(kernel_headers))
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
+    return system_layers.gdrdrv_problems(list(container_markers or []), list(nvidia_src_dirs or []), bool(kernel_headers))
+
+
+def apt_origin(url):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+
+    return system_layers.apt_origin(url)
 
 
 def _truth(value):
@@ -87,6 +95,8 @@ def _truth(value):
 
 
 def deepep_build_prerequisites(layers, os_family=""):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.prerequisites import prerequisite_packages
+
     layers = _dict(layers, "{gdrcopy: {build, git}, nvshmem: {build, git}, deepep: {build, git, venv}}")
     unknown = sorted(set(layers) - {"gdrcopy", "nvshmem", "deepep"})
     if unknown:

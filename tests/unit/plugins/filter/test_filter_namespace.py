@@ -63,3 +63,27 @@ def test_the_roles_and_playbooks_call_only_registered_filters():
     called = set(name for name in used if name in filters or name.startswith("_"))
     assert called - set(filters) == set()
     assert any(name.startswith("_") for name in called)
+
+
+def test_the_filter_files_import_no_module_utils_until_a_filter_is_called():
+    """ansible-core imports every filter file of the collection, from source, in each task's worker process, to
+    find any one filter: what those files import at the top is paid by nearly every task of a run."""
+    import subprocess
+    import sys
+
+    names = sorted(entry[:-3] for entry in os.listdir(FILTER_DIR) if entry.endswith(".py") and not entry.startswith("__"))
+    code = ("import sys\n"
+            "for name in %r:\n"
+            "    __import__('ansible_collections.moe_infra.deepep.plugins.filter.' + name)\n"
+            "print(sorted(m for m in sys.modules if '.module_utils.' in m and m.startswith('ansible_collections.')))\n"
+            "from ansible_collections.moe_infra.deepep.plugins.filter.system import doca_ofed_state\n"
+            "doca_ofed_state({'hcas': [], 'rdma_core': {}})\n"
+            "print(sorted(m for m in sys.modules if '.module_utils.' in m and m.startswith('ansible_collections.')))\n"
+            % (names,))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.returncode == 0, proc.stderr
+    before, after = proc.stdout.splitlines()
+    assert len(names) >= 7 and before == "[]"
+    # Calling a filter imports what it needs, and only then.
+    assert "ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers" in after
