@@ -20,7 +20,6 @@ except ImportError:  # pragma: no cover
     from yaml import SafeLoader
 
 
-
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
 
@@ -58,8 +57,8 @@ def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     if not isinstance(site_vars, Mapping):
         raise AnsibleFilterError("_deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
     # Filters run on the controller, where the cache and the source archives are.
-    return site_validate.tag_problems(run_tags, skip_tags) + site_validate.validate(plain_data(site_vars), os.path.isdir, os.path.exists,
-                                                        role_options())
+    return site_validate.tag_problems(run_tags, skip_tags) + site_validate.validate(
+        plain_data(site_vars), os.path.isdir, os.path.exists, role_options())
 
 
 def deepep_fanout_roles(plans, offline=False):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
-
 def _dict(value, what):
     if not isinstance(value, dict):
         raise AnsibleFilterError("expected %s (a dict), got %r" % (what, value))
@@ -28,8 +27,9 @@ def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branc
     from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
 
     try:
-        return system_layers.driver_decision(_dict(gpu, "nvidia_gpu_info's result"), _dict(params, "nvidia_driver_params' result"),
-                               [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""))
+        return system_layers.driver_decision(
+            _dict(gpu, "nvidia_gpu_info's result"), _dict(params, "nvidia_driver_params' result"),
+            [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""))
     except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
 
