@@ -38,6 +38,24 @@ class Check(object):
         self.preflight = preflight
 
 
+# Every check, in the order the report lists them: each check function is registered by the decorator above it,
+# which carries what the report shows (id, title, fix, how it detects, the log lines it matches).
+CHECKS = []
+
+
+def register(known_failure):
+    CHECKS.append(known_failure)
+    return known_failure
+
+
+def check(kf, title, fix, detect, logs=(), preflight=False):
+    """Decorator: the function below reads the evidence and returns (status, evidence[, fix])."""
+    def decorate(function):
+        register(Check(kf, title, fix, detect, logs, function, preflight))
+        return function
+    return decorate
+
+
 def _hcas(ev):
     return ev.get("hcas") or []
 
@@ -81,7 +99,32 @@ def _regkey_live(ev):
 
 # Each state function returns (status, evidence[, fix]); fix defaults to the check's.
 
-def kf01(ev):
+
+def _loaded_nvshmem(ev):
+    python = ev.get("python") or {}
+    return (python.get("deep_ep") or {}).get("nvshmem_host_loaded")
+
+
+# The layer whose run fixes what a check finds (its tag in site.yml): the report page names the command, and the
+# layer's cell shows the problem. Checks a layer cannot fix (the node, the image, the job) are absent.
+FIXED_BY_LAYER = {
+    "KF01": "doca_ofed", "KF14": "doca_ofed", "KF19": "doca_ofed", "KF27": "doca_ofed",
+    "KF09": "cuda",
+    "DRIVER": "nvidia_driver",
+    "KF20": "nvidia_peermapping", "KF23": "nvidia_peermapping",
+    "MEMLOCK": "memlock",
+    "KF02": "gdrcopy",
+    "KF11": "nvshmem_ibgda", "KF15": "nvshmem_ibgda", "KF24": "nvshmem_ibgda", "KF26": "nvshmem_ibgda",
+    "KF31": "nccl", "KF37": "nccl",
+    "KF03": "deepep", "KF04": "deepep", "KF05": "deepep", "KF06": "deepep", "KF07": "deepep", "KF08": "deepep",
+    "KF12": "deepep", "KF16": "deepep", "KF17": "deepep", "KF18": "deepep", "KF21": "deepep", "KF25": "deepep",
+    "KF36": "deepep", "GIN": "deepep", "CXXRT": "deepep", "JITCACHE": "deepep",
+}
+
+
+@check("KF01", "HCAs enumerate as rocep*, not mlx5_*",
+       "install DOCA-OFED and reboot (or NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX=rocep)", STATE)
+def hcas_named_rocep(ev):
     hcas = _hcas(ev)
     if not hcas:
         return NOT_APPLICABLE, "no RDMA HCA under /sys/class/infiniband"
@@ -97,7 +140,10 @@ def kf01(ev):
     return PROBLEM, "HCAs named %s (ofed_info: %s)" % (_names(rocep), ev.get("ofed_version") or "none")
 
 
-def kf02(ev):
+@check("KF02", "cmake: GDRCOPY_INCLUDE not found",
+       "build the GDRCopy library (gdrcopy role) and pass -DGDRCOPY_INCLUDE", STATE,
+       logs=[r"GDRCOPY_INCLUDE.*(not found|NOTFOUND)"])
+def gdrcopy_header_missing(ev):
     gdrcopy = ev.get("gdrcopy") or {}
     nvshmem = ev.get("nvshmem") or {}
     if not gdrcopy.get("root") and not nvshmem.get("source_build"):
@@ -108,7 +154,9 @@ def kf02(ev):
     return PROBLEM, "no include/gdrapi.h under %s" % (gdrcopy.get("root") or "the GDRCopy prefix")
 
 
-def kf03(ev):
+@check("KF03", "every GPU uses one NIC (internode ~6.5 GB/s)",
+       "GPU-to-NIC mapping: DeepEP PR #466 DEEP_EP_DEVICE_TO_HCA_MAPPING, NVSHMEM_HCA_LIST", STATE)
+def gpus_share_one_nic(ev):
     hcas = [h for h in _hcas(ev) if any(p["state"] == "ACTIVE" for p in h["ports"])]
     gpus = ev.get("gpu_count") or 0
     if len(hcas) < 2 or gpus < 2:
@@ -134,7 +182,8 @@ def kf03(ev):
     return OK, "mapping %s" % mapping
 
 
-def kf04(ev):
+@check("KF04", "internode dispatch hangs with the CPU NIC handler", "NVSHMEM_IBGDA_NIC_HANDLER=gpu", STATE)
+def nic_handler_on_cpu(ev):
     if not (ev.get("env_script") or {}).get("exists"):
         return NOT_APPLICABLE, "no env script"
     handler = _env(ev).get("NVSHMEM_IBGDA_NIC_HANDLER")
@@ -143,12 +192,10 @@ def kf04(ev):
     return OK, "NVSHMEM_IBGDA_NIC_HANDLER=%s" % (handler or "(unset: gpu)")
 
 
-def _loaded_nvshmem(ev):
-    python = ev.get("python") or {}
-    return (python.get("deep_ep") or {}).get("nvshmem_host_loaded")
-
-
-def kf05(ev):
+@check("KF05", "NVSHMEM device library version does not match",
+       "LD_PRELOAD=<nvshmem>/lib/libnvshmem_host.so.3 (deepep_ld_preload)", STATE,
+       logs=[r"NVSHMEM device library version does not match"])
+def nvshmem_device_library_mismatch(ev):
     if not ev.get("deepep_stamp"):
         return NOT_APPLICABLE, "DeepEP not built by this collection here"
     python = ev.get("python") or {}
@@ -168,7 +215,9 @@ def kf05(ev):
     return PROBLEM, "DeepEP built against %s, but the process loads %s" % (custom, ", ".join(loaded) or "nothing")
 
 
-def kf06(ev):
+@check("KF06", "Permission denied in the DeepEP build tree", "own the tree by the build user", STATE,
+       logs=[r"Permission denied: .*/build"])
+def build_tree_not_writable(ev):
     tree = ev.get("deepep_tree") or {}
     if not tree.get("root"):
         return NOT_APPLICABLE, "no DeepEP build tree"
@@ -179,7 +228,10 @@ def kf06(ev):
     return OK, "%s and its build files owned by uid %s" % (tree["root"], tree.get("owner"))
 
 
-def kf07(ev):
+@check("KF07", "CUDA error: named symbol not found (arch mismatch)",
+       "rebuild with the GPUs' arch (leave deepep_arch_list empty)", STATE,
+       logs=[r"named symbol not found"])
+def arch_mismatch(ev):
     arches = _deepep_inputs(ev).get("arch_list")
     caps = sorted(set(g.get("compute_cap") for g in ev.get("gpus") or [] if g.get("compute_cap")))
     if not ev.get("deepep_stamp"):
@@ -194,7 +246,10 @@ def kf07(ev):
     return OK, "built for %s; GPUs %s" % (";".join(arches), ", ".join(caps))
 
 
-def kf08(ev):
+@check("KF08", "DeepEP timeout (dispatch CPU), num_recv_tokens -1",
+       "rebuild DeepEP with NVSHMEM_DIR of the IBGDA build", STATE,
+       logs=[r"timeout \(dispatch CPU\)"])
+def deepep_built_without_ibgda_nvshmem(ev):
     custom = _deepep_inputs(ev).get("nvshmem_dir")
     if not ev.get("deepep_stamp"):
         return NOT_APPLICABLE, "DeepEP not built by this collection here"
@@ -209,7 +264,9 @@ def kf08(ev):
     return OK, "NVSHMEM %s" % (custom or "torch wheel")
 
 
-def kf09(ev):
+@check("KF09", "nvcc not found / CUDA_HOME not set", "install the toolkit (cuda role), /usr/local/cuda link",
+       STATE, logs=[r"nvcc: command not found", r"CUDA_HOME is not set"])
+def nvcc_missing(ev):
     cuda = ev.get("cuda") or {}
     if cuda.get("nvcc"):
         return OK, "%s (release %s)" % (cuda["nvcc"], cuda.get("release"))
@@ -218,7 +275,9 @@ def kf09(ev):
     return PROBLEM, "no bin/nvcc under %s" % cuda.get("home")
 
 
-def kf10(ev):
+@check("KF10", "nv-p2p.h missing (gdrdrv)", "install nvidia-kernel-source-<ver>; set gdrcopy_nvidia_src_dir",
+       STATE, logs=[r"nv-p2p\.h: No such file or directory"], preflight=True)
+def nv_p2p_header_missing(ev):
     if not ev.get("want_gdrdrv"):
         return NOT_APPLICABLE, "gdrcopy_kernel_module is false: the library needs no kernel source"
     found = ev.get("nv_p2p_headers") or []
@@ -227,7 +286,10 @@ def kf10(ev):
     return PROBLEM, "no nv-p2p.h under /usr/src/nvidia-*"
 
 
-def kf11(ev):
+@check("KF11", "IBGDA silently off (MLX5_lib not found)",
+       "install libibverbs-dev and librdmacm-dev, rebuild NVSHMEM, check nvshmem-info -a", STATE,
+       logs=[r"Could not find MLX5_lib"])
+def ibgda_silently_off(ev):
     nvshmem = ev.get("nvshmem") or {}
     if not _hcas(ev):
         return NOT_APPLICABLE, "no RDMA HCA: IBGDA unused"
@@ -242,7 +304,9 @@ def kf11(ev):
     return OK, "infiniband/mlx5dv.h present for the source build"
 
 
-def kf12(ev):
+@check("KF12", "cannot find -lcuda", "link libcuda.so.1 as libcuda.so, or $CUDA_HOME/lib64/stubs in LIBRARY_PATH",
+       STATE, logs=[r"cannot find -lcuda"])
+def libcuda_not_linkable(ev):
     if not ev.get("gpu_count"):
         return NOT_APPLICABLE, "no NVIDIA GPU"
     libcuda = ev.get("libcuda") or []
@@ -251,13 +315,17 @@ def kf12(ev):
     return PROBLEM, "no libcuda.so (unversioned link) in the library directories or the toolkit's stubs"
 
 
-def kf13(ev):
+@check("KF13", "gdrdrv: redefinition of vm_flags_set (kernel >= 6.3)", "make driver from the GDRCopy root",
+       LOG, logs=[r"redefinition of .vm_flags_set"])
+def gdrdrv_vm_flags_set_redefined(ev):
     if not ev.get("want_gdrdrv"):
         return NOT_APPLICABLE, "gdrcopy_kernel_module is false"
     return UNKNOWN, "only the gdrdrv build log tells (kernel %s)" % ev.get("kernel")
 
 
-def kf14(ev):
+@check("KF14", "No IB devices found", "modprobe mlx5_core mlx5_ib; check lspci | grep -i mellanox", STATE,
+       logs=[r"No IB devices found"])
+def no_ib_devices(ev):
     pci = ev.get("mellanox_pci") or []
     if not pci:
         return NOT_APPLICABLE, "no Mellanox PCI function (vendor 0x15b3)"
@@ -266,7 +334,10 @@ def kf14(ev):
     return PROBLEM, "Mellanox PCI functions %s, but /sys/class/infiniband is empty" % ", ".join(pci)
 
 
-def kf15(ev):
+@check("KF15", "ibv_create_ah_from_wc: Unable to create ah on RoCE",
+       "the ibv_ah_attr memset patch (nvshmem_ibgda source build applies it), or another NVSHMEM", STATE,
+       logs=[r"Unable to create ah", r"ibv_create_ah_from_wc"])
+def roce_address_handle_fails(ev):
     roce = [h for h in _hcas(ev) if any(p.get("link_layer") == "Ethernet" for p in h["ports"])]
     if not roce:
         return NOT_APPLICABLE, "no RoCE port"
@@ -278,11 +349,16 @@ def kf15(ev):
     return OK, "NVSHMEM %s" % _nvshmem_version(ev)
 
 
-def kf16(ev):
-    return kf05(ev)
+@check("KF16", "custom NVSHMEM ignored: the torch wheel's wins",
+       "LD_PRELOAD the custom libnvshmem_host, or replace the wheel's IBGDA transport", STATE)
+def torch_nvshmem_wheel_wins(ev):
+    return nvshmem_device_library_mismatch(ev)
 
 
-def kf17(ev):
+@check("KF17", "NVSHMEM init fails on RoCE: wrong GID index",
+       "NVSHMEM_IB_GID_INDEX (V2: NCCL_IB_GID_INDEX) = the RoCE v2 IPv4 GID index (the deepep role's env script "
+       "sets it)", STATE)
+def roce_gid_index_wrong(ev):
     roce = [(h["name"], p) for h in _hcas(ev) for p in h["ports"] if p.get("link_layer") == "Ethernet"]
     if not roce:
         return NOT_APPLICABLE, "no RoCE port"
@@ -308,7 +384,10 @@ def kf17(ev):
     return OK, ", ".join(seen)
 
 
-def kf18(ev):
+@check("KF18", "undefined symbol _ZNK3c10... on import: torch changed",
+       "rebuild DeepEP against the current torch (--tags deepep)", STATE,
+       logs=[r"undefined symbol: _ZN.?3c10"])
+def torch_abi_changed(ev):
     built = _deepep_inputs(ev).get("torch")
     python = ev.get("python") or {}
     installed = (python.get("torch") or {}).get("version")
@@ -321,7 +400,10 @@ def kf18(ev):
     return OK, "torch %s, as built" % installed
 
 
-def kf19(ev):
+@check("KF19", "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT not declared (rdma-core too old)",
+       "DOCA-OFED userspace (doca_ofed role; it pins mft)", STATE,
+       logs=[r"MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT.*not declared"])
+def rdma_core_too_old(ev):
     if not _hcas(ev) and not ev.get("mellanox_pci"):
         return NOT_APPLICABLE, "no Mellanox hardware"
     if ev.get("dmabuf_data_direct"):
@@ -329,7 +411,9 @@ def kf19(ev):
     return PROBLEM, "%s lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT" % (ev.get("dmabuf_header") or "no mlx5_api.h")
 
 
-def kf20(ev):
+@check("KF20", "PeerMappingOverride not live (internode -1 counters)",
+       "regkey + initramfs + reboot (nvidia_peermapping role), verify /proc/driver/nvidia/params", STATE)
+def peermapping_not_live(ev):
     params = ev.get("driver_params") or {}
     live = params.get("registry_dwords_live")
     if not params.get("driver_loaded"):
@@ -345,7 +429,9 @@ def kf20(ev):
     return PROBLEM, evidence + "; PeerMappingOverride not configured"
 
 
-def kf21(ev):
+@check("KF21", "cuda/std/tuple not found (CUDA 13 CCCL)", "add $CUDA_HOME/include/cccl to CPATH", STATE,
+       logs=[r"cuda/std/tuple: No such file"])
+def cccl_headers_not_found(ev):
     cuda = ev.get("cuda") or {}
     major = version_tuple(cuda.get("release"))
     if not major or major[0] < 13:
@@ -355,20 +441,10 @@ def kf21(ev):
     return PROBLEM, "CUDA %s without include/cccl" % cuda.get("release")
 
 
-def v2_cuda(ev):
-    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
-    if version != "v2":
-        return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
-    release = (ev.get("cuda") or {}).get("release")
-    found = version_tuple(release)
-    if found is None:
-        return UNKNOWN, "no CUDA toolkit found"
-    if found[:2] < (12, 9):
-        return PROBLEM, "CUDA %s: DeepEP V2's host code does not compile with it" % release
-    return OK, "CUDA %s" % release
-
-
-def kf22(ev):
+@check("KF22", "neither nv_peer_mem nor nvidia_peermem; IBGDA init failed",
+       "load nvidia_peermem persistently, or the regkey + dma-buf", STATE,
+       logs=[r"neither nv_peer_mem, or nvidia_peermem detected"])
+def peermem_module_missing(ev):
     if not _hcas(ev):
         return NOT_APPLICABLE, "no RDMA HCA"
     if ev.get("nvidia_peermem_loaded"):
@@ -378,11 +454,15 @@ def kf22(ev):
     return PROBLEM, "nvidia_peermem not loaded and PeerMappingOverride not live"
 
 
-def kf23(ev):
-    return kf20(ev)
+@check("KF23", "cudaHostRegister IoMemory error 800 / GPU cannot map UAR", "as KF20", STATE,
+       logs=[r"cudaHostRegister with IoMemory failed", r"GPU cannot map UAR"])
+def gpu_cannot_map_uar(ev):
+    return peermapping_not_live(ev)
 
 
-def kf24(ev):
+@check("KF24", "device is not enumerated as an mlx5 device", "NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX", STATE,
+       logs=[r"is not enumerated as an mlx5 device"])
+def hca_not_mlx5(ev):
     hcas = _hcas(ev)
     others = [h for h in hcas if h["family"] != "mlx5"]
     prefix = _env(ev).get("NVSHMEM_HCA_PREFIX")
@@ -404,7 +484,9 @@ def kf24(ev):
     return OK, "NVSHMEM %s, NVSHMEM_HCA_PREFIX=%s" % (_nvshmem_version(ev), prefix)
 
 
-def kf25(ev):
+@check("KF25", "first internode dispatch hangs: NVSHMEM >= 3.5.19 with DeepEP V1 without PR #564/#696",
+       "a DeepEP ref with PR #564/#696 (deepep_nvshmem_35_fix), or NVSHMEM <= 3.4.5", STATE)
+def nvshmem_too_new_for_v1(ev):
     inputs = _deepep_inputs(ev)
     if not inputs:
         return NOT_APPLICABLE, "DeepEP not built by this collection here"
@@ -417,7 +499,16 @@ def kf25(ev):
     return OK, "NVSHMEM %s at build%s" % (inputs.get("nvshmem"), "; loaded %s" % runtime[0] if runtime else "")
 
 
-def kf27(ev):
+# Seen only in a build log.
+register(Check("KF26", "multiple definition of nvshmemi_ibgda_device_state_d",
+               "-D__NVSHMEM_NUMBA_SUPPORT__ for source NVSHMEM >= 3.3.20", LOG,
+               logs=[r"multiple definition of .nvshmemi_ibgda_device_state_d"]))
+
+
+@check("KF27", "no active IB device that supports GPU-initiated communication",
+       "DOCA/MOFED libibverbs and libmlx5 (doca_ofed role)", STATE,
+       logs=[r"no active IB device that supports GPU-initiated communication"])
+def no_ibgda_capable_device(ev):
     if not _hcas(ev):
         return NOT_APPLICABLE, "no RDMA HCA"
     if ev.get("ofed_version"):
@@ -425,7 +516,9 @@ def kf27(ev):
     return PROBLEM, "no ofed_info: the distribution's rdma-core (libmlx5) is in use"
 
 
-def kf28(ev):
+@check("KF28", "cannot allocate mlx5dv_devx_uar (works with --privileged)", "regkey on the host; IPC_LOCK",
+       STATE, logs=[r"cannot allocate mlx5dv_devx_uar"])
+def devx_uar_not_allowed(ev):
     if not ev.get("container"):
         return NOT_APPLICABLE, "not in a container"
     if not _hcas(ev):
@@ -435,7 +528,10 @@ def kf28(ev):
     return PROBLEM, "container without CAP_IPC_LOCK (CapEff %s)" % ev.get("cap_eff")
 
 
-def kf29(ev):
+@check("KF29", "bootstrap_init: Connection timed out",
+       "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME / NVSHMEM_BOOTSTRAP_UID_SOCK_FAMILY", STATE,
+       logs=[r"bootstrap_init.*Connection timed out"])
+def bootstrap_timeout(ev):
     ifname = _env(ev).get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME")
     if not ifname:
         return NOT_APPLICABLE, "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME unset (NVSHMEM picks an interface)"
@@ -446,7 +542,15 @@ def kf29(ev):
     return OK, "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=%s exists" % ifname
 
 
-def kf31(ev):
+# Across the inventory (fleet_findings), or in a test log.
+register(Check("KF30", "Fatal IPC Failure: two nodes share a hostname", "give every node a unique hostname", FLEET,
+               logs=[r"Fatal IPC Failure"], preflight=True))
+
+
+@check("KF31", "V2: ncclCommProperties undefined / ginType NONE",
+       "NCCL >= 2.30.4 wheel (and DOCA libmlx5 MLX5_1.25), or deepep_version: v1", STATE,
+       logs=[r"ncclCommProperties.*undefined"])
+def v2_nccl_without_gin(ev):
     version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
     if version != "v2":
         return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
@@ -468,7 +572,68 @@ def kf31(ev):
     return OK, "NCCL %s%s" % (nccl or wheel, where)
 
 
-def kf37(ev):
+@check("KF32", "internode normal kernels need 8 GPUs per node", "8 GPUs per node for internode normal mode",
+       STATE, logs=[r"num_ranks > NUM_MAX_NVL_PEERS or low_latency_mode"])
+def internode_needs_8_gpus(ev):
+    if not _hcas(ev):
+        return NOT_APPLICABLE, "no RDMA HCA: no internode runs"
+    gpus = ev.get("gpu_count") or 0
+    if gpus < 8:
+        return PROBLEM, "%d GPU(s) per node with RDMA NICs: internode normal mode needs 8 (low-latency only)" % gpus
+    return OK, "%d GPUs" % gpus
+
+
+@check("KF33", "hang after init on SR-IOV VFs", "use the physical functions", STATE,
+       preflight=True)
+def sriov_virtual_functions(ev):
+    hcas = _hcas(ev)
+    if not hcas:
+        return NOT_APPLICABLE, "no RDMA HCA"
+    vfs = [h for h in hcas if h.get("virtual_function")]
+    if vfs:
+        return PROBLEM, "SR-IOV virtual functions: %s" % _names(vfs)
+    return OK, "all physical functions"
+
+
+@check("KF34", "V2 picks too few SMs on bonded NICs", "set EP_RDMA_GBS to the real rate", STATE)
+def bonded_nics_too_few_sms(ev):
+    bonded = ev.get("bonded_hcas") or []
+    if not bonded:
+        return NOT_APPLICABLE, "no HCA netdev in a bond"
+    if _env(ev).get("EP_RDMA_GBS"):
+        return OK, "EP_RDMA_GBS=%s" % _env(ev)["EP_RDMA_GBS"]
+    if (ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")) != "v2":
+        return NOT_APPLICABLE, "bonded %s; only DeepEP V2 sizes SMs by NIC rate" % ", ".join(bonded)
+    return PROBLEM, "bonded HCA netdevs %s and EP_RDMA_GBS unset" % ", ".join(bonded)
+
+
+@check("KF35", "gdrdrv-dkms in a container", "library only in containers (gdrcopy_kernel_module: false)",
+       STATE, logs=[r"gdrdrv-dkms.*is not configured"], preflight=True)
+def gdrdrv_dkms_in_container(ev):
+    if not ev.get("container"):
+        return NOT_APPLICABLE, "not in a container"
+    if ev.get("want_gdrdrv") or ev.get("gdrdrv_dkms_installed"):
+        what = "gdrdrv-dkms installed" if ev.get("gdrdrv_dkms_installed") else "gdrcopy_kernel_module=true"
+        return PROBLEM, "container with %s" % what
+    return OK, "container, library only"
+
+
+@check("KF36", "static IBGDA env on a node without HCAs",
+       "render the IBGDA variables only where HCAs are discovered (the deepep role's env script does)", STATE)
+def static_ibgda_env_without_hcas(ev):
+    script = ev.get("env_script") or {}
+    if not script.get("exists"):
+        return NOT_APPLICABLE, "no env script at %s" % script.get("path")
+    transport = _env(ev).get("NVSHMEM_REMOTE_TRANSPORT")
+    if transport == "ibgda" and not _hcas(ev):
+        return PROBLEM, "%s exports NVSHMEM_REMOTE_TRANSPORT=ibgda, no HCA here" % script["path"]
+    return OK, "NVSHMEM_REMOTE_TRANSPORT=%s with %d HCA(s)" % (transport or "(unset)", len(_hcas(ev)))
+
+
+@check("KF37", "two NCCL runtimes in one process (DeepEP V2: Duplicate NCCL runtime)",
+       "build DeepEP without EP_NCCL_ROOT_DIR and provide one NCCL where torch loads it (the nccl layer)", STATE,
+       logs=[r"Duplicate NCCL runtime"])
+def two_nccl_runtimes(ev):
     version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
     if version != "v2":
         return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
@@ -484,7 +649,12 @@ def kf37(ev):
     return OK, "one NCCL: %s" % (libs[0] if libs else "none loaded by the import")
 
 
-def gin(ev):
+@check("GIN", "DeepEP V2: NCCL GIN is unavailable (an ElasticBuffer of more than one rank)",
+       "without RDMA ports: EP_DISABLE_GIN=1 (deepep_gin: auto sets it there; V2 then runs within the node); with "
+       "them: NCCL >= 2.30.4 and DOCA's libmlx5 (KF31), NCCL_IB_HCA / NCCL_IB_GID_INDEX (the env script), or "
+       "allow_hybrid_mode=0 in a multi-plane network", STATE,
+       logs=[r"NCCL GIN is unavailable", r"ginType\)? != NCCL_GIN_TYPE_NONE"])
+def nccl_gin_unavailable(ev):
     version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
     if version != "v2":
         return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
@@ -503,7 +673,9 @@ def gin(ev):
     return OK, "NCCL's Gin backend over %d RDMA HCA(s)" % len(_hcas(ev))
 
 
-def cxx_runtime(ev):
+@check("CXXRT", "DeepEP's extension carries its own libstdc++ (V2's JIT crashes in std::regex)",
+       "rebuild with a compiler whose libstdc++ is shared (deepep_cxx, e.g. /usr/bin/g++)", STATE)
+def extension_bundles_libstdcxx(ev):
     copies = ev.get("deepep_cxx_runtime")
     if copies is None:
         return NOT_APPLICABLE, "no DeepEP build"
@@ -512,7 +684,26 @@ def cxx_runtime(ev):
     return OK, "DeepEP's shared objects use the shared libstdc++"
 
 
-def jit_cache(ev):
+@check("V2CUDA", "DeepEP V2 on CUDA < 12.9: __cvta_generic_to_shared undeclared in host code",
+       "CUDA 12.9 or 13.0 (cuda_version) for deepep_version v2", STATE,
+       logs=[r"__cvta_generic_to_shared.*(undeclared|was not declared|is undefined)"])
+def v2_cuda_too_old(ev):
+    version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
+    if version != "v2":
+        return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
+    release = (ev.get("cuda") or {}).get("release")
+    found = version_tuple(release)
+    if found is None:
+        return UNKNOWN, "no CUDA toolkit found"
+    if found[:2] < (12, 9):
+        return PROBLEM, "CUDA %s: DeepEP V2's host code does not compile with it" % release
+    return OK, "CUDA %s" % release
+
+
+@check("JITCACHE", "DeepEP V2's JIT cache missing, empty or corrupted (jobs compile, or stop, at start)",
+       "rerun the deepep role (--tags deepep): it warms the cache after a build; remove corrupted kernel "
+       "directories first", STATE, logs=[r"Corrupted JIT cache directory"])
+def jit_cache_unusable(ev):
     version = ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")
     if version != "v2":
         return NOT_APPLICABLE, "DeepEP %s" % (version or "not configured")
@@ -531,56 +722,10 @@ def jit_cache(ev):
     return OK, "%s: %d kernels, %d KiB, mode %s" % (stats["dir"], stats["kernels"], size, stats["mode"])
 
 
-def kf32(ev):
-    if not _hcas(ev):
-        return NOT_APPLICABLE, "no RDMA HCA: no internode runs"
-    gpus = ev.get("gpu_count") or 0
-    if gpus < 8:
-        return PROBLEM, "%d GPU(s) per node with RDMA NICs: internode normal mode needs 8 (low-latency only)" % gpus
-    return OK, "%d GPUs" % gpus
-
-
-def kf33(ev):
-    hcas = _hcas(ev)
-    if not hcas:
-        return NOT_APPLICABLE, "no RDMA HCA"
-    vfs = [h for h in hcas if h.get("virtual_function")]
-    if vfs:
-        return PROBLEM, "SR-IOV virtual functions: %s" % _names(vfs)
-    return OK, "all physical functions"
-
-
-def kf34(ev):
-    bonded = ev.get("bonded_hcas") or []
-    if not bonded:
-        return NOT_APPLICABLE, "no HCA netdev in a bond"
-    if _env(ev).get("EP_RDMA_GBS"):
-        return OK, "EP_RDMA_GBS=%s" % _env(ev)["EP_RDMA_GBS"]
-    if (ev.get("deepep_version") or _deepep_inputs(ev).get("deepep_version")) != "v2":
-        return NOT_APPLICABLE, "bonded %s; only DeepEP V2 sizes SMs by NIC rate" % ", ".join(bonded)
-    return PROBLEM, "bonded HCA netdevs %s and EP_RDMA_GBS unset" % ", ".join(bonded)
-
-
-def kf35(ev):
-    if not ev.get("container"):
-        return NOT_APPLICABLE, "not in a container"
-    if ev.get("want_gdrdrv") or ev.get("gdrdrv_dkms_installed"):
-        what = "gdrdrv-dkms installed" if ev.get("gdrdrv_dkms_installed") else "gdrcopy_kernel_module=true"
-        return PROBLEM, "container with %s" % what
-    return OK, "container, library only"
-
-
-def kf36(ev):
-    script = ev.get("env_script") or {}
-    if not script.get("exists"):
-        return NOT_APPLICABLE, "no env script at %s" % script.get("path")
-    transport = _env(ev).get("NVSHMEM_REMOTE_TRANSPORT")
-    if transport == "ibgda" and not _hcas(ev):
-        return PROBLEM, "%s exports NVSHMEM_REMOTE_TRANSPORT=ibgda, no HCA here" % script["path"]
-    return OK, "NVSHMEM_REMOTE_TRANSPORT=%s with %d HCA(s)" % (transport or "(unset)", len(_hcas(ev)))
-
-
-def memlock(ev):
+@check("MEMLOCK", "locked-memory limit (ulimit -l) below unlimited",
+       "the memlock layer (system.yml: memlock unlimited in limits.d and systemd's DefaultLimitMEMLOCK, checked as "
+       "a user); a service: LimitMEMLOCK=infinity; a container: --ulimit memlock=-1:-1", STATE)
+def memlock_limited(ev):
     limit = ev.get("memlock_soft")
     if limit is None:
         return UNKNOWN, "could not read RLIMIT_MEMLOCK"
@@ -591,7 +736,11 @@ def memlock(ev):
     return PROBLEM, "ulimit -l %d KiB: RDMA memory registration fails" % (limit // 1024)
 
 
-def python_tarfile(ev):
+@check("PYTAR", "the modules' Python cannot unpack untrusted archives as root",
+       "Python 3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 or later (or the distribution's patched build: apt-get "
+       "install --only-upgrade python3) as ansible_python_interpreter, or keep a build user (deepep_build_user)",
+       STATE, preflight=True)
+def python_tarfile_unsafe(ev):
     """The modules' interpreter unpacks sources and cached builds: as root only with tarfile's data filter."""
     tar = ev.get("tarfile")
     if not tar:
@@ -612,7 +761,12 @@ def python_tarfile(ev):
     return OK, "Python %s: tarfile data filter with the June 2025 fixes" % tar["python"]
 
 
-def driver(ev):
+@check("DRIVER", "NVIDIA GPUs without a loaded NVIDIA driver, or one below the branch they need",
+       "an image that ships the driver (GCP: the ubuntu-accelerator images with NVIDIA's driver; a plain "
+       "ubuntu-2204-lts has none), or nvidia_driver_install: true (the nvidia_driver layer installs "
+       "nvidia-open-<branch> from NVIDIA's CUDA repository and holds it, as Google's A4 blueprint does, then "
+       "reboots)", STATE, preflight=True)
+def driver_missing_or_old(ev):
     gpus = ev.get("gpu_count") or 0
     if not gpus:
         return NOT_APPLICABLE, "no NVIDIA GPU"
@@ -652,150 +806,13 @@ def driver(ev):
     return OK, "driver %s" % ev["driver_version"]
 
 
-# The layer whose run fixes what a check finds (its tag in site.yml): the report page names the command, and the
-# layer's cell shows the problem. Checks a layer cannot fix (the node, the image, the job) are absent.
-FIXED_BY_LAYER = {
-    "KF01": "doca_ofed", "KF14": "doca_ofed", "KF19": "doca_ofed", "KF27": "doca_ofed",
-    "KF09": "cuda",
-    "DRIVER": "nvidia_driver",
-    "KF20": "nvidia_peermapping", "KF23": "nvidia_peermapping",
-    "MEMLOCK": "memlock",
-    "KF02": "gdrcopy",
-    "KF11": "nvshmem_ibgda", "KF15": "nvshmem_ibgda", "KF24": "nvshmem_ibgda", "KF26": "nvshmem_ibgda",
-    "KF31": "nccl", "KF37": "nccl",
-    "KF03": "deepep", "KF04": "deepep", "KF05": "deepep", "KF06": "deepep", "KF07": "deepep", "KF08": "deepep",
-    "KF12": "deepep", "KF16": "deepep", "KF17": "deepep", "KF18": "deepep", "KF21": "deepep", "KF25": "deepep",
-    "KF36": "deepep", "GIN": "deepep", "CXXRT": "deepep", "JITCACHE": "deepep",
-}
-
-
+@check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE)
 def gpus_present(ev):
     count = ev.get("gpu_count") or 0
     if count:
         return OK, "%d NVIDIA GPU(s)" % count
     return NOT_APPLICABLE, "no NVIDIA GPU: the GPU checks do not apply"
 
-
-CHECKS = [
-    Check("KF01", "HCAs enumerate as rocep*, not mlx5_*",
-          "install DOCA-OFED and reboot (or NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX=rocep)", STATE, state=kf01),
-    Check("KF02", "cmake: GDRCOPY_INCLUDE not found",
-          "build the GDRCopy library (gdrcopy role) and pass -DGDRCOPY_INCLUDE", STATE,
-          logs=[r"GDRCOPY_INCLUDE.*(not found|NOTFOUND)"], state=kf02),
-    Check("KF03", "every GPU uses one NIC (internode ~6.5 GB/s)",
-          "GPU-to-NIC mapping: DeepEP PR #466 DEEP_EP_DEVICE_TO_HCA_MAPPING, NVSHMEM_HCA_LIST", STATE, state=kf03),
-    Check("KF04", "internode dispatch hangs with the CPU NIC handler", "NVSHMEM_IBGDA_NIC_HANDLER=gpu", STATE,
-          state=kf04),
-    Check("KF05", "NVSHMEM device library version does not match",
-          "LD_PRELOAD=<nvshmem>/lib/libnvshmem_host.so.3 (deepep_ld_preload)", STATE,
-          logs=[r"NVSHMEM device library version does not match"], state=kf05),
-    Check("KF06", "Permission denied in the DeepEP build tree", "own the tree by the build user", STATE,
-          logs=[r"Permission denied: .*/build"], state=kf06),
-    Check("KF07", "CUDA error: named symbol not found (arch mismatch)",
-          "rebuild with the GPUs' arch (leave deepep_arch_list empty)", STATE,
-          logs=[r"named symbol not found"], state=kf07),
-    Check("KF08", "DeepEP timeout (dispatch CPU), num_recv_tokens -1",
-          "rebuild DeepEP with NVSHMEM_DIR of the IBGDA build", STATE,
-          logs=[r"timeout \(dispatch CPU\)"], state=kf08),
-    Check("KF09", "nvcc not found / CUDA_HOME not set", "install the toolkit (cuda role), /usr/local/cuda link",
-          STATE, logs=[r"nvcc: command not found", r"CUDA_HOME is not set"], state=kf09),
-    Check("KF10", "nv-p2p.h missing (gdrdrv)", "install nvidia-kernel-source-<ver>; set gdrcopy_nvidia_src_dir",
-          STATE, logs=[r"nv-p2p\.h: No such file or directory"], state=kf10, preflight=True),
-    Check("KF11", "IBGDA silently off (MLX5_lib not found)",
-          "install libibverbs-dev and librdmacm-dev, rebuild NVSHMEM, check nvshmem-info -a", STATE,
-          logs=[r"Could not find MLX5_lib"], state=kf11),
-    Check("KF12", "cannot find -lcuda", "link libcuda.so.1 as libcuda.so, or $CUDA_HOME/lib64/stubs in LIBRARY_PATH",
-          STATE, logs=[r"cannot find -lcuda"], state=kf12),
-    Check("KF13", "gdrdrv: redefinition of vm_flags_set (kernel >= 6.3)", "make driver from the GDRCopy root",
-          LOG, logs=[r"redefinition of .vm_flags_set"], state=kf13),
-    Check("KF14", "No IB devices found", "modprobe mlx5_core mlx5_ib; check lspci | grep -i mellanox", STATE,
-          logs=[r"No IB devices found"], state=kf14),
-    Check("KF15", "ibv_create_ah_from_wc: Unable to create ah on RoCE",
-          "the ibv_ah_attr memset patch (nvshmem_ibgda source build applies it), or another NVSHMEM", STATE,
-          logs=[r"Unable to create ah", r"ibv_create_ah_from_wc"], state=kf15),
-    Check("KF16", "custom NVSHMEM ignored: the torch wheel's wins",
-          "LD_PRELOAD the custom libnvshmem_host, or replace the wheel's IBGDA transport", STATE, state=kf16),
-    Check("KF17", "NVSHMEM init fails on RoCE: wrong GID index",
-          "NVSHMEM_IB_GID_INDEX (V2: NCCL_IB_GID_INDEX) = the RoCE v2 IPv4 GID index (the deepep role's env script "
-          "sets it)", STATE,
-          state=kf17),
-    Check("KF18", "undefined symbol _ZNK3c10... on import: torch changed",
-          "rebuild DeepEP against the current torch (--tags deepep)", STATE,
-          logs=[r"undefined symbol: _ZN.?3c10"], state=kf18),
-    Check("KF19", "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT not declared (rdma-core too old)",
-          "DOCA-OFED userspace (doca_ofed role; it pins mft)", STATE,
-          logs=[r"MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT.*not declared"], state=kf19),
-    Check("KF20", "PeerMappingOverride not live (internode -1 counters)",
-          "regkey + initramfs + reboot (nvidia_peermapping role), verify /proc/driver/nvidia/params", STATE,
-          state=kf20),
-    Check("KF21", "cuda/std/tuple not found (CUDA 13 CCCL)", "add $CUDA_HOME/include/cccl to CPATH", STATE,
-          logs=[r"cuda/std/tuple: No such file"], state=kf21),
-    Check("KF22", "neither nv_peer_mem nor nvidia_peermem; IBGDA init failed",
-          "load nvidia_peermem persistently, or the regkey + dma-buf", STATE,
-          logs=[r"neither nv_peer_mem, or nvidia_peermem detected"], state=kf22),
-    Check("KF23", "cudaHostRegister IoMemory error 800 / GPU cannot map UAR", "as KF20", STATE,
-          logs=[r"cudaHostRegister with IoMemory failed", r"GPU cannot map UAR"], state=kf23),
-    Check("KF24", "device is not enumerated as an mlx5 device", "NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX", STATE,
-          logs=[r"is not enumerated as an mlx5 device"], state=kf24),
-    Check("KF25", "first internode dispatch hangs: NVSHMEM >= 3.5.19 with DeepEP V1 without PR #564/#696",
-          "a DeepEP ref with PR #564/#696 (deepep_nvshmem_35_fix), or NVSHMEM <= 3.4.5", STATE, state=kf25),
-    Check("KF26", "multiple definition of nvshmemi_ibgda_device_state_d",
-          "-D__NVSHMEM_NUMBA_SUPPORT__ for source NVSHMEM >= 3.3.20", LOG,
-          logs=[r"multiple definition of .nvshmemi_ibgda_device_state_d"], state=None),
-    Check("KF27", "no active IB device that supports GPU-initiated communication",
-          "DOCA/MOFED libibverbs and libmlx5 (doca_ofed role)", STATE,
-          logs=[r"no active IB device that supports GPU-initiated communication"], state=kf27),
-    Check("KF28", "cannot allocate mlx5dv_devx_uar (works with --privileged)", "regkey on the host; IPC_LOCK",
-          STATE, logs=[r"cannot allocate mlx5dv_devx_uar"], state=kf28),
-    Check("KF29", "bootstrap_init: Connection timed out",
-          "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME / NVSHMEM_BOOTSTRAP_UID_SOCK_FAMILY", STATE,
-          logs=[r"bootstrap_init.*Connection timed out"], state=kf29),
-    Check("KF30", "Fatal IPC Failure: two nodes share a hostname", "give every node a unique hostname", FLEET,
-          logs=[r"Fatal IPC Failure"], state=None, preflight=True),
-    Check("KF31", "V2: ncclCommProperties undefined / ginType NONE",
-          "NCCL >= 2.30.4 wheel (and DOCA libmlx5 MLX5_1.25), or deepep_version: v1", STATE,
-          logs=[r"ncclCommProperties.*undefined"], state=kf31),
-    Check("KF32", "internode normal kernels need 8 GPUs per node", "8 GPUs per node for internode normal mode",
-          STATE, logs=[r"num_ranks > NUM_MAX_NVL_PEERS or low_latency_mode"], state=kf32),
-    Check("KF33", "hang after init on SR-IOV VFs", "use the physical functions", STATE, state=kf33,
-          preflight=True),
-    Check("KF34", "V2 picks too few SMs on bonded NICs", "set EP_RDMA_GBS to the real rate", STATE, state=kf34),
-    Check("KF35", "gdrdrv-dkms in a container", "library only in containers (gdrcopy_kernel_module: false)",
-          STATE, logs=[r"gdrdrv-dkms.*is not configured"], state=kf35, preflight=True),
-    Check("KF36", "static IBGDA env on a node without HCAs",
-          "render the IBGDA variables only where HCAs are discovered (the deepep role's env script does)", STATE,
-          state=kf36),
-    Check("KF37", "two NCCL runtimes in one process (DeepEP V2: Duplicate NCCL runtime)",
-          "build DeepEP without EP_NCCL_ROOT_DIR and provide one NCCL where torch loads it (the nccl layer)", STATE,
-          logs=[r"Duplicate NCCL runtime"], state=kf37),
-    Check("GIN", "DeepEP V2: NCCL GIN is unavailable (an ElasticBuffer of more than one rank)",
-          "without RDMA ports: EP_DISABLE_GIN=1 (deepep_gin: auto sets it there; V2 then runs within the node); with "
-          "them: NCCL >= 2.30.4 and DOCA's libmlx5 (KF31), NCCL_IB_HCA / NCCL_IB_GID_INDEX (the env script), or "
-          "allow_hybrid_mode=0 in a multi-plane network", STATE,
-          logs=[r"NCCL GIN is unavailable", r"ginType\)? != NCCL_GIN_TYPE_NONE"], state=gin),
-    Check("CXXRT", "DeepEP's extension carries its own libstdc++ (V2's JIT crashes in std::regex)",
-          "rebuild with a compiler whose libstdc++ is shared (deepep_cxx, e.g. /usr/bin/g++)", STATE,
-          state=cxx_runtime),
-    Check("V2CUDA", "DeepEP V2 on CUDA < 12.9: __cvta_generic_to_shared undeclared in host code",
-          "CUDA 12.9 or 13.0 (cuda_version) for deepep_version v2", STATE,
-          logs=[r"__cvta_generic_to_shared.*(undeclared|was not declared|is undefined)"], state=v2_cuda),
-    Check("JITCACHE", "DeepEP V2's JIT cache missing, empty or corrupted (jobs compile, or stop, at start)",
-          "rerun the deepep role (--tags deepep): it warms the cache after a build; remove corrupted kernel "
-          "directories first", STATE, logs=[r"Corrupted JIT cache directory"], state=jit_cache),
-    Check("MEMLOCK", "locked-memory limit (ulimit -l) below unlimited",
-          "the memlock layer (system.yml: memlock unlimited in limits.d and systemd's DefaultLimitMEMLOCK, checked as "
-          "a user); a service: LimitMEMLOCK=infinity; a container: --ulimit memlock=-1:-1", STATE, state=memlock),
-    Check("PYTAR", "the modules' Python cannot unpack untrusted archives as root",
-          "Python 3.9.23, 3.10.18, 3.11.13, 3.12.11, 3.13.4 or later (or the distribution's patched build: apt-get "
-          "install --only-upgrade python3) as ansible_python_interpreter, or keep a build user (deepep_build_user)",
-          STATE, state=python_tarfile, preflight=True),
-    Check("DRIVER", "NVIDIA GPUs without a loaded NVIDIA driver, or one below the branch they need",
-          "an image that ships the driver (GCP: the ubuntu-accelerator images with NVIDIA's driver; a plain "
-          "ubuntu-2204-lts has none), or nvidia_driver_install: true (the nvidia_driver layer installs "
-          "nvidia-open-<branch> from NVIDIA's CUDA repository and holds it, as Google's A4 blueprint does, then "
-          "reboots)", STATE, state=driver, preflight=True),
-    Check("GPUS", "NVIDIA GPUs present", "run on a GPU node", STATE, state=gpus_present),
-]
 
 BY_ID = dict((check.id, check) for check in CHECKS)
 
