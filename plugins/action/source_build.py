@@ -31,7 +31,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_progress import elapsed_text
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_progress import elapsed_text
 
 display = Display()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 class ModuleDocFragment(object):
 
-    # What deepep_node_info and deepep_facts read, and from where (module_utils/node_info.py NODE_OPTIONS).
+    # What deepep_node_info and deepep_facts read, and from where (module_utils/node/node_info.py NODE_OPTIONS).
     DOCUMENTATION = r"""
 options:
   sysfs_root:

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 def deepep_build_commands(component, **options):
     """'gdrcopy' or 'deepep' -> {build, verify}: the commands source_build runs, every site value quoted."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import build_commands
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build import build_commands
 
     builders = {"gdrcopy": build_commands.gdrcopy_commands, "deepep": build_commands.deepep_commands}
     if component not in builders:
@@ -26,7 +26,7 @@ def deepep_build_commands(component, **options):
 
 
 def _arch(function_name, values):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import cuda_arch
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.node import cuda_arch
 
     try:
         return getattr(cuda_arch, function_name)(values)
@@ -55,19 +55,19 @@ def _check_mapping(mapping):
 
 
 def deepep_hca_mapping(mapping):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import deepep_mapping_string
 
     return deepep_mapping_string(_check_mapping(mapping))
 
 
 def nvshmem_hca_list_filter(mapping):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import nvshmem_hca_list
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import nvshmem_hca_list
 
     return nvshmem_hca_list(_check_mapping(mapping))
 
 
 def deepep_compat(facts):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import check
 
     if not isinstance(facts, dict):
         raise AnsibleFilterError("deepep_compat expects a dict of versions, got %r" % (facts,))
@@ -85,7 +85,7 @@ def _check_node(node):
 
 
 def deepep_node_report(node, plan=None):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan, report_lines
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan, report_lines
 
     node = _check_node(node)
     return report_lines(node, plan if plan is not None else layer_plan(node))
@@ -93,7 +93,7 @@ def deepep_node_report(node, plan=None):
 
 def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False, ld_library_path="",
                jit_cache_dir="", generation="v1", legacy_kernels=False, gin="auto"):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import envscript
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep import envscript
 
     node = _check_node(node)
     if generation not in ("v1", "v2"):
@@ -109,13 +109,13 @@ def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False
 
 
 def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import torch_pin_problems
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import torch_pin_problems
 
     return torch_pin_problems(torch_version, index_url, pip_extra_args)
 
 
 def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import nvshmem
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build import nvshmem
 
     try:
         return nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
@@ -126,13 +126,13 @@ def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cma
 def nvshmem_source_version(source, version=None):
     """The NVSHMEM version a source build gives: the one declared (version), else read from the archive name or git
     ref; '' when neither says."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import source_version
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nvshmem import source_version
 
     return source_version(version) if version else (source_version(source) or "")
 
 
 def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import nccl
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build import nccl
 
     try:
         return nccl.build_plan(source, compute_caps, python, version, jobs)
@@ -141,7 +141,7 @@ def nccl_source_plan(source, compute_caps, python, version=None, jobs=0):
 
 
 def nccl_planned_version(settings):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.nccl import planned_version
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nccl import planned_version
 
     if not isinstance(settings, dict):
         raise AnsibleFilterError("_nccl_planned_version expects a dict of nccl_* variables, got %r" % (settings,))

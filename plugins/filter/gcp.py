@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters of the image bake (module_utils/gcp_rollout.py).
+"""Filters of the image bake (module_utils/gcp/gcp_rollout.py).
 
 Each filter imports its module_utils when called: to find any one filter of a collection, ansible-core imports every
 filter file of it, from source, in every task's worker process (docs/roles-and-modules.md, "Filters")."""
@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 def gcp_instance_profile(hostvars, metadata_keys=None):
     """A provisioned instance's host variables (google.cloud.gcp_compute, vars_prefix gcp_) -> the bake's
     defaults; of its metadata only the keys in metadata_keys."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import TEMPLATE_METADATA_KEYS, instance_profile
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp.gcp_rollout import TEMPLATE_METADATA_KEYS, instance_profile
 
     if metadata_keys is None:
         metadata_keys = TEMPLATE_METADATA_KEYS

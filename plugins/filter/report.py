@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""What a run's summary and report are made of (module_utils/cluster_report.py).
+"""What a run's summary and report are made of (module_utils/report/cluster_report.py).
 
 Each filter imports its module_utils when called: to find any one filter of a collection, ansible-core imports every
 filter file of it, from source, in every task's worker process (docs/roles-and-modules.md, "Filters")."""
@@ -49,7 +49,7 @@ def deepep_test_runs(registered):
 def deepep_summary_lines(summary):
     """A host's site summary (deepep_site_summary) -> lines for the end of the run: one per layer, then the
     doctor's problems with their fixes."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import LAYERS, layer_cells
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report.cluster_report import LAYERS, layer_cells
 
     if not isinstance(summary, dict):
         raise AnsibleFilterError("_deepep_summary_lines: expected deepep_site_summary (dict)")

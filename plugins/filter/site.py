@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Validation of the site's variables before any host is touched (module_utils/site_validate.py).
+"""Validation of the site's variables before any host is touched (module_utils/report/site_validate.py).
 
 Each filter imports its module_utils when called: to find any one filter of a collection, ansible-core imports every
 filter file of it, from source, in every task's worker process (docs/roles-and-modules.md, "Filters")."""
@@ -52,7 +52,7 @@ def plain_data(value):
 def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]; with ansible_run_tags and
     ansible_skip_tags, also tags that name no layer."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import site_validate
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
 
     if not isinstance(site_vars, Mapping):
         raise AnsibleFilterError("_deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))
@@ -64,7 +64,7 @@ def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
 def deepep_fanout_roles(plans, offline=False):
     """[{host, fingerprint, needs, cached}], or {host: source_build's plan} in play order, -> {host: none | cache |
     build | wait}."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fanout import fanout_roles
 
     if isinstance(plans, Mapping):
         # A host whose plan was skipped (its layer is off there) takes no part.
@@ -85,7 +85,7 @@ def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dir
     """rdma_hca_info's result -> [{var, value, accepted, msg}]: nvshmem_ibgda_method=source without IBGDA-capable
     rdma-core that this run will install. source: {src, ref, version} of the NVSHMEM source (read on the
     controller)."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import site_validate
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
 
     if not isinstance(rdma, dict):
         raise AnsibleFilterError("_deepep_source_nvshmem_problems: expected rdma_hca_info's result")
@@ -96,7 +96,7 @@ def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dir
 def deepep_interpreter_problems(stack, deepep_version, python, nccl_planned=None):
     """torch_stack_info's result for deepep_python -> [{var, value, accepted, msg}]: no torch, or for V2 a torch
     older than 2.10 or an NCCL older than 2.30.4 (the one the nccl layer of this run provides, when it runs)."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import site_validate
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
 
     if not isinstance(stack, dict):
         raise AnsibleFilterError("_deepep_interpreter_problems: expected torch_stack_info's result")
@@ -116,7 +116,7 @@ def deepep_proxy_env(http_proxy, https_proxy="", no_proxy=""):
 
 def deepep_run_layers(run_tags, skip_tags=None):
     """ansible_run_tags, ansible_skip_tags -> the layers this run runs, in order."""
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import site_validate
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
 
     for name, tags in (("ansible_run_tags", run_tags), ("ansible_skip_tags", skip_tags)):
         if tags is not None and (isinstance(tags, (str, Mapping)) or not isinstance(tags, (list, tuple, set))):

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
-"""Pure filters for the system layers and the reboot contract (module_utils/system_layers.py).
+"""Pure filters for the system layers and the reboot contract (module_utils/system/system_layers.py).
 
 Each filter imports its module_utils when called: to find any one filter of a collection, ansible-core imports every
 filter file of it, from source, in every task's worker process (docs/roles-and-modules.md, "Filters")."""
@@ -18,13 +18,13 @@ def _dict(value, what):
 
 
 def nvidia_peermapping_decision(params, hca_count=0, force=False):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     return system_layers.peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
 
 
 def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branch="580"):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     try:
         return system_layers.driver_decision(
@@ -35,7 +35,7 @@ def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branc
 
 
 def nvidia_driver_params_subset(params, registry_dwords=None, module_params=None):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import desired_settings, subset_driver_params
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.node.nvidia_params import desired_settings, subset_driver_params
 
     params = _dict(params, "nvidia_driver_params' result (state=query)")
     wanted = {}
@@ -47,7 +47,7 @@ def nvidia_driver_params_subset(params, registry_dwords=None, module_params=None
 
 
 def doca_ofed_decision(rdma, policy="auto"):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     try:
         return system_layers.doca_decision(_dict(rdma, "rdma_hca_info's result"), policy)
@@ -56,20 +56,20 @@ def doca_ofed_decision(rdma, policy="auto"):
 
 
 def doca_ofed_state(rdma):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     rdma = _dict(rdma, "rdma_hca_info's result")
     return {"reboot_reason": system_layers.doca_reboot_reason(rdma), "problems": system_layers.doca_verify_problems(rdma)}
 
 
 def dkms_missing(status_output, kernel, modules):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     return system_layers.dkms_problems(status_output, kernel, list(modules or []))
 
 
 def deepep_reboot_plan(reasons, policy="auto", rebooted=False):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     try:
         return system_layers.reboot_plan(policy, _dict(reasons or {}, "{layer: reason}"), bool(rebooted))
@@ -78,13 +78,13 @@ def deepep_reboot_plan(reasons, policy="auto", rebooted=False):
 
 
 def gdrdrv_blockers(container_markers, nvidia_src_dirs=None, kernel_headers=False):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     return system_layers.gdrdrv_problems(list(container_markers or []), list(nvidia_src_dirs or []), bool(kernel_headers))
 
 
 def apt_origin(url):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     return system_layers.apt_origin(url)
 
@@ -95,7 +95,7 @@ def _truth(value):
 
 
 def deepep_build_prerequisites(layers, os_family=""):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.prerequisites import prerequisite_packages
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.system.prerequisites import prerequisite_packages
 
     layers = _dict(layers, "{gdrcopy: {build, git}, nvshmem: {build, git}, deepep: {build, git, venv}}")
     unknown = sorted(set(layers) - {"gdrcopy", "nvshmem", "deepep"})

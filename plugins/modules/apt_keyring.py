@@ -92,7 +92,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.openpgp import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.openpgp import (
     KeyringError,
     armor,
     dearmor,

@@ -93,7 +93,7 @@ others:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.moe_infra.deepep.plugins.module_utils.apt_sources import read_sources, sources_for
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_sources import read_sources, sources_for
 
 
 def main():

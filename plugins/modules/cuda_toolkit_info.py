@@ -74,7 +74,7 @@ cccl_include_dir:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import cuda_info
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import cuda_info
 
 
 def main():

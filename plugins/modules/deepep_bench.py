@@ -187,7 +187,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.deepep_output import (
     THRESHOLD_KEYS,
     below_thresholds,
     parse_elastic_barrier,
@@ -196,9 +196,9 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output imp
     parse_intranode,
     parse_low_latency,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
-from ansible_collections.moe_infra.deepep.plugins.module_utils.jit_cache import jit_cache_stats
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import account_of, lend_tree, run_as
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import parse_env_script
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import jit_cache_stats
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import account_of, lend_tree, run_as
 
 SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py",
            "elastic_ep": os.path.join("elastic", "test_ep.py"), "elastic_barrier": os.path.join("elastic", "test_barrier.py"),

@@ -122,7 +122,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.cluster_report import (
     LAYERS,
     SOURCES,
     agreeing_cells,

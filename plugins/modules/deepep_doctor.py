@@ -186,8 +186,8 @@ evidence:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import BY_ID, CHECKS, diagnose, summary
-from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor_evidence import OPTIONS, gather
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import BY_ID, CHECKS, diagnose, summary
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor_evidence import OPTIONS, gather
 
 
 def main():

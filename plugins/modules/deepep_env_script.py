@@ -66,7 +66,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.files import write_atomic
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.files import write_atomic
 
 
 def main():

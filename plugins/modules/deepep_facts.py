@@ -153,11 +153,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor_evidence import PREFLIGHT_OPTIONS, preflight_checks
-from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import NODE_OPTIONS, read_node
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import apply_manual_mapping
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import read_stack
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor_evidence import PREFLIGHT_OPTIONS, preflight_checks
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, read_node
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import apply_manual_mapping
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import read_stack
 
 INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
                            pythonpath=dict(type="list", elements="path", default=[]),

@@ -81,7 +81,7 @@ compiler:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import NODE_OPTIONS, read_node
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, read_node
 
 
 def main():

@@ -261,7 +261,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp.gcp_rollout import (
     STEPS, covers, differing, image_body, problems, same_resource, template_body)
 
 try:

@@ -161,7 +161,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import topology_info
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import topology_info
 
 
 def main():

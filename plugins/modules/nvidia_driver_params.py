@@ -200,8 +200,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.files import write_atomic
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.files import write_atomic
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.nvidia_params import (
     desired_settings,
     effective_options,
     parse_registry_dwords,

@@ -140,7 +140,7 @@ notes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import gpu_info
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import gpu_info
 
 
 def main():

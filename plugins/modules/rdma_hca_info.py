@@ -175,7 +175,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node_info import rdma_info
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import rdma_info
 
 
 def links_ready(info):

@@ -358,17 +358,17 @@ import zlib
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.inputs import (
     GIT_REF_ACCEPTED,
     GIT_URL_ACCEPTED,
     git_ref_problem,
     git_url_problem,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock, describe, kill_group, process_start
-from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies, cxx_runtime_message
-from ansible_collections.moe_infra.deepep.plugins.module_utils.safe_tar import UNSAFE_ERRORS, NoSafeExtraction, extract_all
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import boot_ticks_now, chown_tree, end_processes_of
-from ansible_collections.moe_infra.deepep.plugins.module_utils.fingerprint import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock, describe, kill_group, process_start
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import cxx_runtime_copies, cxx_runtime_message
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.safe_tar import UNSAFE_ERRORS, NoSafeExtraction, extract_all
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import boot_ticks_now, chown_tree, end_processes_of
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fingerprint import (
     changed_inputs,
     file_digest,
     fingerprint,

@@ -81,7 +81,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_progress import build_phase
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_progress import build_phase
 
 TAIL_BYTES = 16384
 

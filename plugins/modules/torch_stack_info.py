@@ -121,7 +121,7 @@ cached:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import STACK_OPTIONS, read_stack
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import STACK_OPTIONS, read_stack
 
 
 def main():

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock
 from ansible_collections.moe_infra.deepep.tests.fixtures.dpkg_root import PACKAGE, make_broken_dpkg_root
 # node and shared_inputs are pytest fixtures: imported to be used by name.
 from ansible_collections.moe_infra.deepep.tests.integration.test_deepep_playbook import (  # noqa: F401  pylint: disable=unused-import

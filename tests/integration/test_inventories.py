@@ -13,7 +13,7 @@ import sys
 
 import yaml
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import validate
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.site_validate import validate
 from ansible_collections.moe_infra.deepep.tests.fixtures import gcp_inventory
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

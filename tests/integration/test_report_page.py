@@ -18,7 +18,7 @@ import zlib
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cluster_report import render_html
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.cluster_report import render_html
 from ansible_collections.moe_infra.deepep.tests.unit.plugins.module_utils.test_cluster_report import parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

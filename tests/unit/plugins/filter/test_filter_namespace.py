@@ -86,4 +86,4 @@ def test_the_filter_files_import_no_module_utils_until_a_filter_is_called():
     before, after = proc.stdout.splitlines()
     assert len(names) >= 7 and before == "[]"
     # Calling a filter imports what it needs, and only then.
-    assert "ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers" in after
+    assert "ansible_collections.moe_infra.deepep.plugins.module_utils.system.system_layers" in after

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_commands import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_commands import (
     CommandError,
     deepep_commands,
     gdrcopy_commands,

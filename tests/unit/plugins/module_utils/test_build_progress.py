@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_progress import build_phase, elapsed_text
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_progress import build_phase, elapsed_text
 
 # The head of an NVSHMEM build log as source_build writes it (each command after "$ "), cmake's progress lines.
 NVSHMEM_LOG = """$ patch -p1 --forward < '/opt/deepep/nvshmem/patches/fix.patch'

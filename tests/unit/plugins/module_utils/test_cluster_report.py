@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The cluster report's merge and page (module_utils/cluster_report.py) on site summaries shaped like the
+"""The cluster report's merge and page (module_utils/report/cluster_report.py) on site summaries shaped like the
 lifecycle rehearsal's record (docs/results/lifecycle-rehearsal/a4-b200-mig-7xk2-site.json)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils import cluster_report as report
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report import cluster_report as report
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 RECORD = os.path.join(REPO, "docs", "results", "lifecycle-rehearsal", "a4-b200-mig-7xk2-site.json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import check, torch_pin_problems, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import check, torch_pin_problems, version_tuple
 
 # The GPU test machine: torch 2.11.0+cu130, NCCL 2.28.9, CUDA 13.0 with cccl, NVSHMEM wheel 3.4.5, H200.
 GPU_MACHINE = dict(deepep_version="v1", torch="2.11.0+cu130", torch_cuda="13.0", nccl="2.28.9", cuda_release="13.0",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.deepep_output import (
     below_thresholds,
     parse_internode,
     parse_intranode,

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils import doctor
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report import doctor
 
 NVSHMEM = "/opt/deepep/nvshmem/builds/abc"
 WHEEL = "/venv/lib/python3.12/site-packages/nvidia/nvshmem"
@@ -404,7 +404,7 @@ def test_table_and_summary():
 
 
 def test_the_docs_table_is_the_checks():
-    readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "docs", "doctor.md")
+    readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
         row = r"^\| (<a id=\"[a-z0-9]+\"></a>)?(KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|DRIVER|GPUS) \|"
         rows = [line.rstrip("\n") for line in handle if re.match(row, line)]

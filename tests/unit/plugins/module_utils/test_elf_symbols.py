@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import (
     ElfError,
     cxx_runtime_copies,
     cxx_runtime_message,

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import (
     EnvError,
     build_env,
     process_env,

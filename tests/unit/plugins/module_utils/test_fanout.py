@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.fanout import fanout_roles
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fanout import fanout_roles
 
 
 def plan(host, fp, needs=True, cached=False):

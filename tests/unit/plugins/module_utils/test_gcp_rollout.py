@@ -8,7 +8,7 @@ import copy
 import json
 import os
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp_rollout import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.gcp.gcp_rollout import (
     covers, differing, image_body, instance_profile, problems, template_body)
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "gcp", "aggregated_instances.json")

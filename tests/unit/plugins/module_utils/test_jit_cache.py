@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.jit_cache import jit_cache_stats
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import jit_cache_stats
 
 
 def _kernel(root, name, files=("kernel.cu", "kernel.cubin")):

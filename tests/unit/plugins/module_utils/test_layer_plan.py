@@ -2,7 +2,7 @@
 """The cuda layer's plan reads the pin: a toolkit of another release is a change, not ok."""
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import plan_cuda
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import plan_cuda
 
 FOUND_13 = {"found": True, "release": "13.0", "cuda_home": "/usr/local/cuda-13.0"}
 

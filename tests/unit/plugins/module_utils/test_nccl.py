@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nccl import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nccl import (
     DEFAULTS,
     METHODS,
     PlanError,

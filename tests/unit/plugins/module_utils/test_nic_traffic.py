@@ -2,7 +2,7 @@
 """Which mapped NIC ports carried an internode test's traffic (KF03)."""
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nic_traffic import traffic
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.nic_traffic import traffic
 
 
 def hcas(words, rcv=0):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nvshmem import (
     PATCHES,
     PlanError,
     build_plan,

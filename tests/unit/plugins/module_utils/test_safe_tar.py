@@ -13,7 +13,7 @@ import pwd
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils import safe_tar
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build import safe_tar
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 
 ACCOUNT = []  # (uid, gid) the "checks" way extracts as

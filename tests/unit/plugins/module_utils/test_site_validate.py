@@ -11,9 +11,9 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import defines_data_direct
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import manual_mapping
-from ansible_collections.moe_infra.deepep.plugins.module_utils.site_validate import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nvshmem import defines_data_direct
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import manual_mapping
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.site_validate import (
     interpreter_problems,
     deepep_ref_generation,
     source_nvshmem_problems,

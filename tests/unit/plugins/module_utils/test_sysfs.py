@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import (
     PciPath,
     normalize_pci_address,
     pci_distance,

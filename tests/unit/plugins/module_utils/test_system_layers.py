@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils import system_layers as sl
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers as sl
 from ansible_collections.moe_infra.deepep.plugins.modules import nvidia_driver_params
 from ansible_collections.moe_infra.deepep.plugins.modules import rdma_hca_info
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.openpgp import dearmor, primary_fingerprints
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.openpgp import dearmor, primary_fingerprints
 from ansible_collections.moe_infra.deepep.plugins.modules import apt_keyring as module
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")

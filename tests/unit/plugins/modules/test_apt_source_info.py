@@ -3,7 +3,7 @@
 a deb822 entry, this role's own file, a disabled stanza."""
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.apt_sources import normalize_uri, parse_deb822
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_sources import normalize_uri, parse_deb822
 from ansible_collections.moe_infra.deepep.plugins.modules import apt_source_info as module
 
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"

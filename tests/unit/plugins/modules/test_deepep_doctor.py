@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import render_lines
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import render_lines
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor as module
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others

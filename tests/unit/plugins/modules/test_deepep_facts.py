@@ -3,7 +3,7 @@
 hand-written mapping applied, the layer plan, where and when it was read)."""
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.layer_plan import layer_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor, deepep_facts, deepep_node_info, torch_stack_info
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site

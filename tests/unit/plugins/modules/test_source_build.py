@@ -385,7 +385,7 @@ def _two_builds(run_module, src, prefix):
 
 
 def test_a_second_run_refuses_while_another_holds_the_lock_naming_it(run_module, src, tmp_path):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock
     prefix = tmp_path / "opt"
     first = _two_builds(run_module, src, prefix)
     other = PrefixLock(str(prefix))
@@ -410,7 +410,7 @@ def test_a_second_run_refuses_while_another_holds_the_lock_naming_it(run_module,
 
 
 def test_an_unfinished_build_of_another_run_is_not_removed_while_it_holds_the_lock(run_module, src, tmp_path):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import PrefixLock
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock
     prefix = tmp_path / "opt"
     plan = build(run_module, src, prefix, check_mode=True)
     in_progress = prefix / "builds" / plan["fingerprint"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import V2_MIN_NCCL
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, cmake_cuda_architectures
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import V2_MIN_NCCL
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import ArchError, cmake_cuda_architectures
 
 VERSION_RE = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)(?:-(\d+))?(?!\d|\.\d)")
 

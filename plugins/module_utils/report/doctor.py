@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import node_nccl, version_tuple
-from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import node_nccl, version_tuple
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.system_layers import (
     driver_branches_needed,
     driver_packages,
 )

@@ -11,20 +11,20 @@ import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.compat import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import (
     V2_MIN_NCCL,
     node_nccl,
     torch_pin_problems,
     version_tuple,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
-from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep_output import THRESHOLD_KEYS
-from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import NAME_RE, PATH_VARIABLES
-from ansible_collections.moe_infra.deepep.plugins.module_utils.inputs import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import ArchError, arch_list
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.deepep_output import THRESHOLD_KEYS
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import NAME_RE, PATH_VARIABLES
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.inputs import (
     GIT_REF_ACCEPTED, GIT_URL_ACCEPTED, PATH_ACCEPTED, PREFIX_ACCEPTED, SAFE_PATH_RE, git_ref_problem,
     git_url_problem, path_problem, prefix_problem)
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvshmem import OPTION_NAME_RE, defines_data_direct
-from ansible_collections.moe_infra.deepep.plugins.module_utils.system_layers import DOCA_POLICIES, doca_decision
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nvshmem import OPTION_NAME_RE, defines_data_direct
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.system_layers import DOCA_POLICIES, doca_decision
 
 CHOICES = {
     "deepep_version": ("v1", "v2"),

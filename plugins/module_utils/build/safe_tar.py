@@ -19,7 +19,7 @@ import platform
 import stat
 import tarfile
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import chown_tree
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import chown_tree
 
 # What the data filter keeps of a mode: no setuid, setgid or sticky bit, no write bit for group or others.
 KEPT_BITS = 0o755

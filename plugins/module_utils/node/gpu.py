@@ -8,11 +8,11 @@ from __future__ import annotations
 import csv
 import os
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import (
     PCI_DEVICE_TO_COMPUTE_CAP,
     compute_cap_from_name,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import (
     list_dir,
     normalize_pci_address,
     pci_sort_key,

@@ -10,7 +10,7 @@ import os
 
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, arch_list
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import ArchError, arch_list
 
 V2_MIN_TORCH = (2, 10)
 V2_MIN_NCCL = (2, 30, 4)

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build_lock import kill_group, process_start
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import kill_group, process_start
 
 SAFE_MODE_MASK = ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH) & 0o7777
 # A tree shared with a group (setgid directories, group-writable) keeps those two; nothing else changes.

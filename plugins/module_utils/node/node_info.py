@@ -11,28 +11,28 @@ import json
 import os
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import (
     cmake_cuda_architectures,
     torch_cuda_arch_list,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.gpu import (
     NVIDIA_SMI_QUERY,
     discover_gpus,
     enrich_from_nvidia_smi,
     parse_nvidia_smi,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.nvidia_params import (
     desired_settings,
     query_driver_params,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.rdma import (
     discover_hcas,
     hca_prefix,
     header_has_dmabuf_data_direct,
     mellanox_pci_devices,
     parse_ofed_info,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import (
     deepep_mapping_string,
     distance_matrix,
     map_gpus_to_nics,

@@ -9,7 +9,7 @@ import os
 import re
 from collections import Counter
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import (
     DISTANCES,
     pci_distance,
     resolve_pci_path,

@@ -9,7 +9,7 @@ import os
 import re
 import shlex
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import list_dir, read_attr
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import list_dir, read_attr
 
 PARAMS_LINE_RE = re.compile(r"^([A-Za-z0-9_]+):\s*(.*)$")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import CHECKS, FIXED_BY_LAYER
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import CHECKS, FIXED_BY_LAYER
 
 FORMAT = 1
 # The matrix's columns, in the order the layers are provisioned.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import (
     list_dir,
     read_attr,
     read_int,

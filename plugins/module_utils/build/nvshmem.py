@@ -10,7 +10,7 @@ import os
 import re
 import tarfile
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.cuda_arch import ArchError, cmake_cuda_architectures
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import ArchError, cmake_cuda_architectures
 
 VERSION_RE = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)(?:-(\d+))?(?!\d|\.\d)")
 OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

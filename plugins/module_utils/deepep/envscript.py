@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.topology import deepep_mapping_string
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import deepep_mapping_string
 
 # Variables holding search paths: prepended once, never duplicated, so sourcing twice is harmless.
 PATH_VARIABLES = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")

@@ -12,12 +12,12 @@ import resource
 import socket
 import tarfile
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.doctor import CHECKS, diagnose, summary
-from ansible_collections.moe_infra.deepep.plugins.module_utils.elf_symbols import cxx_runtime_copies
-from ansible_collections.moe_infra.deepep.plugins.module_utils.envscript import parse_env_script
-from ansible_collections.moe_infra.deepep.plugins.module_utils.jit_cache import jit_cache_stats
-from ansible_collections.moe_infra.deepep.plugins.module_utils.gpu import discover_gpus
-from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import CHECKS, diagnose, summary
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import cxx_runtime_copies
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import parse_env_script
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import jit_cache_stats
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.gpu import discover_gpus
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.nvidia_params import (
     effective_options,
     format_registry_dwords,
     live_registry_value,
@@ -25,14 +25,14 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.nvidia_params imp
     parse_registry_dwords,
     read_modprobe_options,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.rdma import (
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.rdma import (
     discover_hcas,
     header_has_dmabuf_data_direct,
     mellanox_pci_devices,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.sysfs import list_dir, read_attr
-from ansible_collections.moe_infra.deepep.plugins.module_utils.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached, runner
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import FALLBACK_USER, probe_account
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import list_dir, read_attr
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached, runner
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import FALLBACK_USER, probe_account
 
 # The options of deepep_doctor that say where to read (and, with preflight_only, what the checks need to know).
 OPTIONS = dict(

@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.unprivileged import FALLBACK_USER, probe_account, run_as
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import FALLBACK_USER, probe_account, run_as
 
 PROBE = r'''
 import glob, importlib.metadata as md, importlib.util, json, os, sys
