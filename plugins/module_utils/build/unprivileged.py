@@ -107,27 +107,25 @@ def boot_ticks_now():
         return None
 
 
+# Every step that runs as the build user carries one of these in its environment, with its own value.
+STEP_MARKERS = (b"MOE_INFRA_RUN_AS=", b"MOE_INFRA_BUILD_STEP=")
+
+
 def end_processes_of(uid, since, marker):
     """SIGKILL every process of uid that started at or after since (clock ticks since boot) and carries this
-    step's marker in its environment: what a build step left, in its process group or escaped from it (setsid, a
-    double fork). The user's other processes (another component's build, older ones) are left alone."""
+    step's marker in its environment, or no step's marker at all: what a build step left, in its process group or
+    escaped from it (setsid, a double fork, an environment emptied or replaced, a process caught in the middle of
+    exec). Another step's processes (another component's build) and older ones are left alone. The scan repeats
+    until a pass finds nothing more, so that what forked during a pass is ended too."""
     ended = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat("/proc/" + name).st_uid != uid:
-                continue
-            with open("/proc/%s/environ" % name, "rb") as handle:
-                if marker.encode() not in handle.read().split(b"\0"):
-                    continue
-        except OSError:
-            continue
-        started = process_start(int(name))
-        if started is not None and since is not None and int(started) >= int(since):
+    for dummy in range(5):
+        found = [pid for pid in _step_processes(uid, since, marker.encode()) if pid not in ended]
+        if not found:
+            break
+        for pid in found:
             try:
-                os.kill(int(name), signal.SIGKILL)
-                ended.append(int(name))
+                os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
             except OSError:
                 pass
     # SIGKILL is delivered asynchronously: wait (bounded) until each is gone or a zombie, so that nothing of the
@@ -136,6 +134,24 @@ def end_processes_of(uid, since, marker):
     while ended and time.time() < deadline and any(_running(pid) for pid in ended):
         time.sleep(0.02)
     return ended
+
+
+def _step_processes(uid, since, marker):
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid or not _running(int(name)):
+                continue
+            with open("/proc/%s/environ" % name, "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if marker not in environ and any(entry.startswith(STEP_MARKERS) for entry in environ):
+            continue  # another step's
+        started = process_start(int(name))
+        if started is not None and since is not None and int(started) >= int(since):
+            yield int(name)
 
 
 def _running(pid):
