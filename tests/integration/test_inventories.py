@@ -143,6 +143,10 @@ def test_gcp_mig_inventory_from_a_recorded_api_answer(tmp_path):
     assert host["gcp_machineType"] == "a4-highgpu-8g" and host["gcp_labels"] == {"deepep": "b200"}
     site_vars = dict((k, v) for k, v in host.items() if not k.startswith(("ansible_", "gcp_")))
     assert validate(site_vars) == []
+    # The IAP path's names, as the inventory gives them, pass the check validate.yml makes before connecting.
+    iap_vars = dict(site_vars, deepep_ssh_via="iap", **dict((k, host[k]) for k in ("gcp_name", "gcp_zone", "gcp_project")
+                                                          if k in host))
+    assert "gcp_zone" in iap_vars and "gcp_project" in iap_vars and validate(iap_vars) == []
     # A controller outside the VPC tunnels through IAP to the instance by name, in its zone and project; with OS
     # Login the user is the operator's POSIX name (given with -e) and sudo comes from roles/compute.osAdminLogin.
     seen = subprocess.run([os.path.join(BIN, "ansible"), "-i", inventory, "a4-b200-mig-7xk2", "-m", "debug", "-a",

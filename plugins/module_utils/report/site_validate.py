@@ -86,6 +86,40 @@ def site_wide_problems(site_vars):
     if value and not NO_PROXY_RE.match(value):
         problems.append(_problem("deepep_no_proxy", site_vars["deepep_no_proxy"],
                                  "comma-separated hosts, domains or addresses (e.g. localhost,.internal,10.0.0.0/8)"))
+    return problems + ssh_path_problems(site_vars)
+
+
+# The inventories' SSH path (inventories/*/group_vars): ssh runs a ProxyCommand through a shell, so every value
+# that goes into it must be a plain name. Checked on the controller before the first connection.
+SSH_VIA = ("direct", "iap", "jump")
+GCP_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+GCP_ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+GCP_PROJECT_RE = re.compile(r"^([a-z0-9][a-z0-9.-]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+_HOP = r"([A-Za-z0-9_][A-Za-z0-9._-]*@)?[A-Za-z0-9_][A-Za-z0-9._-]*(:[0-9]{1,5})?"
+JUMP_HOST_RE = re.compile(r"^%s(,%s)*$" % (_HOP, _HOP))
+
+
+def ssh_path_problems(site_vars):
+    via = site_vars.get("deepep_ssh_via")
+    if via is None:
+        return []
+    if via not in SSH_VIA:
+        return [_problem("deepep_ssh_via", via, " | ".join(SSH_VIA))]
+    problems = []
+    if via == "jump" and not JUMP_HOST_RE.match(str(site_vars.get("deepep_ssh_jump_host") or "")):
+        problems.append(_problem("deepep_ssh_jump_host", site_vars.get("deepep_ssh_jump_host"),
+                                 "[user@]host[:port] of the bastion (comma-separated for several hops)",
+                                 "deepep_ssh_via is jump"))
+    if via == "iap":
+        for var, pattern, accepted in (
+                ("gcp_name", GCP_NAME_RE, "the instance name (lower-case letters, digits, '-')"),
+                ("gcp_zone", GCP_ZONE_RE, "a GCP zone like us-central1-b"),
+                ("gcp_project", GCP_PROJECT_RE, "a GCP project id like my-project-123")):
+            value = site_vars.get(var)
+            if value is None and var == "gcp_name":
+                continue  # the inventory host name stands for it (checked by ansible's inventory)
+            if not pattern.match(str(value or "")):
+                problems.append(_problem(var, value, accepted, "deepep_ssh_via is iap: it goes into ssh's ProxyCommand"))
     return problems
 
 

@@ -501,3 +501,22 @@ def test_validate_yml_checks_the_variables_of_every_role_the_site_playbook_runs(
             options = ((yaml.safe_load(handle)["argument_specs"].get("main") or {}).get("options") or {})
         unchecked.extend("%s: %s" % (role, name) for name in options if not pattern.match(name))
     assert unchecked == []
+
+
+def test_the_ssh_path_values_that_go_into_a_proxy_command_are_plain_names():
+    """The inventories' IAP path puts gcp_name, gcp_zone and gcp_project into ssh's ProxyCommand, which ssh runs
+    through a shell: anything but a plain GCP name stops the run before the first connection."""
+    iap = {"deepep_ssh_via": "iap", "gcp_name": "a4-node-1", "gcp_zone": "us-central1-b", "gcp_project": "my-proj-1"}
+    assert validate(iap) == []
+    assert validate(dict(iap, gcp_project="example.com:my-proj-1")) == []
+    for var, bad in (("gcp_zone", "us-central1-b; touch /tmp/x"), ("gcp_project", "p$(id)"),
+                     ("gcp_name", "node-1 --impersonate-service-account=x"), ("gcp_zone", None)):
+        problems = validate(dict(iap, **{var: bad}))
+        assert [p["var"] for p in problems] == [var] and "ProxyCommand" in problems[0]["msg"], problems
+    # Without the IAP path the GCP names are not checked (a direct path uses none of them).
+    assert validate(dict(iap, deepep_ssh_via="direct", gcp_zone="anything at all")) == []
+    assert validate({"deepep_ssh_via": "jump", "deepep_ssh_jump_host": "me@bastion.example.com:2222,hop2"}) == []
+    for bad in ("", "bastion; id", "-oProxyCommand=id", "-oProxyJump", "me@-x"):
+        assert [p["var"] for p in validate({"deepep_ssh_via": "jump", "deepep_ssh_jump_host": bad})] == \
+            ["deepep_ssh_jump_host"]
+    assert [p["accepted"] for p in validate({"deepep_ssh_via": "tunnel"})] == ["direct | iap | jump"]
