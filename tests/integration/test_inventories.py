@@ -144,8 +144,8 @@ def test_gcp_mig_inventory_from_a_recorded_api_answer(tmp_path):
     site_vars = dict((k, v) for k, v in host.items() if not k.startswith(("ansible_", "gcp_")))
     assert validate(site_vars) == []
     # The IAP path's names, as the inventory gives them, pass the check validate.yml makes before connecting.
-    iap_vars = dict(site_vars, deepep_ssh_via="iap", **dict((k, host[k]) for k in ("gcp_name", "gcp_zone", "gcp_project")
-                                                          if k in host))
+    names = [name for name in ("gcp_name", "gcp_zone", "gcp_project") if name in host]
+    iap_vars = dict(site_vars, deepep_ssh_via="iap", **dict((name, host[name]) for name in names))
     assert "gcp_zone" in iap_vars and "gcp_project" in iap_vars and validate(iap_vars) == []
     # A controller outside the VPC tunnels through IAP to the instance by name, in its zone and project; with OS
     # Login the user is the operator's POSIX name (given with -e) and sudo comes from roles/compute.osAdminLogin.

@@ -114,20 +114,27 @@ STEP_MARKERS = (b"MOE_INFRA_RUN_AS=", b"MOE_INFRA_BUILD_STEP=")
 def end_processes_of(uid, since, marker):
     """SIGKILL every process of uid that started at or after since (clock ticks since boot) and carries this
     step's marker in its environment, or no step's marker at all: what a build step left, in its process group or
-    escaped from it (setsid, a double fork, an environment emptied or replaced, a process caught in the middle of
-    exec). Another step's processes (another component's build) and older ones are left alone. The scan repeats
-    until a pass finds nothing more, so that what forked during a pass is ended too."""
-    ended = []
-    for dummy in range(5):
-        found = [pid for pid in _step_processes(uid, since, marker.encode()) if pid not in ended]
-        if not found:
-            break
-        for pid in found:
+    escaped from it (setsid, a double fork, an environment emptied or replaced). Another step's processes (another
+    component's build) and older ones are left alone. One without any marker is ended only when a second look, a
+    moment later, still finds none (a process in the middle of exec shows no environment for that moment). The
+    scan repeats until a pass finds nothing more, so that what forked during a pass is ended too."""
+    ended, suspects = [], set()
+    for dummy in range(8):
+        marked, unmarked = _step_processes(uid, since, marker.encode())
+        confirmed = [pid for pid in unmarked if pid in suspects]
+        for pid in marked + confirmed:
+            if pid in ended:
+                continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 ended.append(pid)
             except OSError:
                 pass
+        suspects = set(unmarked) - set(confirmed)
+        if not marked and not confirmed and not suspects:
+            break
+        if suspects:
+            time.sleep(0.05)
     # SIGKILL is delivered asynchronously: wait (bounded) until each is gone or a zombie, so that nothing of the
     # step still runs when the caller reads or hands back what it wrote.
     deadline = time.time() + 10
@@ -137,6 +144,9 @@ def end_processes_of(uid, since, marker):
 
 
 def _step_processes(uid, since, marker):
+    """([pid] with this step's marker, [pid] with no step's marker) among uid's live processes started at or after
+    since."""
+    marked, unmarked = [], []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -147,11 +157,16 @@ def _step_processes(uid, since, marker):
                 environ = handle.read().split(b"\0")
         except OSError:
             continue
-        if marker not in environ and any(entry.startswith(STEP_MARKERS) for entry in environ):
+        if marker in environ:
+            group = marked
+        elif any(entry.startswith(STEP_MARKERS) for entry in environ):
             continue  # another step's
+        else:
+            group = unmarked
         started = process_start(int(name))
         if started is not None and since is not None and int(started) >= int(since):
-            yield int(name)
+            group.append(int(name))
+    return marked, unmarked
 
 
 def _running(pid):
