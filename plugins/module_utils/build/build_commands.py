@@ -38,15 +38,16 @@ IMPORTS = {"v1": "import deep_ep, deep_ep_cpp", "v2": "import deep_ep, deep_ep._
 
 
 def deepep_commands(python, version="v1"):
-    """{build, verify} for DeepEP with the given interpreter: build_ext in place (for the tests and the env
-    script), then bdist_wheel (ninja finds the objects, so it only links and packs); verify imports the package
-    and its extension from / and finds the wheel."""
+    """{build, verify} for DeepEP with the given interpreter: bdist_wheel, as DeepEP's install.sh runs it, then
+    what it built (build/lib.<platform>/: the extension, V2's envs.py) copied into the source tree, which is what
+    `build_ext --inplace` would give the tests and the env script without a second setup.py run; verify imports
+    the package and its extension from / and finds the wheel."""
     if not python or not python.startswith("/"):
         raise CommandError("python: %r is not an absolute interpreter path" % (python,))
     if version not in IMPORTS:
         raise CommandError("version: %r is neither v1 nor v2" % (version,))
     py = shlex.quote(python)
-    build = "%s setup.py build_ext --inplace && %s setup.py bdist_wheel --dist-dir dist" % (py, py)
+    build = "%s setup.py bdist_wheel --dist-dir dist && cp -R build/lib.*/. ." % py
     verify = ("cd / && PYTHONPATH=\"$SRC_DIR\" %s -c %s && ls \"$SRC_DIR\"/dist/*.whl"
               % (py, shlex.quote(IMPORTS[version])))
     return dict(build=build, verify=verify)

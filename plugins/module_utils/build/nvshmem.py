@@ -104,16 +104,20 @@ def build_plan(source, compute_caps, version=None, gdrcopy_root="", overrides=No
                         "(e.g. '3.4.5'); the version picks the patches" % (source,))
     options = cmake_options(compute_caps, gdrcopy_root, overrides)
     defines = " ".join("-D%s=%s" % (name, _quote(value)) for name, value in options)
-    parallel = str(int(jobs)) if int(jobs or 0) > 0 else '"$(nproc)"'
+    # Ninja's own default (CPUs + 2) unless jobs is set, as a hand `cmake --build` with Ninja runs; make alone
+    # would run one job at a time, so it gets one per CPU.
+    jobs_for_make = str(int(jobs)) if int(jobs or 0) > 0 else '"$(nproc)"'
+    jobs_for_ninja = str(int(jobs)) if int(jobs or 0) > 0 else ''
     build_command = "\n".join([
         # The version decides the patches: refuse a source that is not the version they were picked for.
         "found=$(sed -n 's/^ *VERSION \\([0-9][0-9.]*\\).*/\\1/p' CMakeLists.txt | head -n 1)",
         'case "$found" in %s|%s.*) ;; *) echo "this source is NVSHMEM $found, not %s:'
         ' set nvshmem_ibgda_source_version" >&2; exit 1 ;; esac' % (version, version, version),
-        'if command -v ninja >/dev/null; then generator=Ninja; else generator="Unix Makefiles"; fi',
+        'if command -v ninja >/dev/null; then generator=Ninja; parallel=%s; else generator="Unix Makefiles";'
+        ' parallel=%s; fi' % (jobs_for_ninja or "''", jobs_for_make),
         'cmake -S . -B build -G "$generator" -DCMAKE_INSTALL_PREFIX="$INSTALL_DIR" '
         '-DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" ' + defines,
-        "cmake --build build --parallel %s --target install" % parallel,
+        'cmake --build build ${parallel:+--parallel "$parallel"} --target install',
         # The object tree is several GB and never used again.
         "rm -rf build",
     ])

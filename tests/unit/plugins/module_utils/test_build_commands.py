@@ -37,6 +37,11 @@ def run(command, tmp_path, tools):
     src = tmp_path / "src"
     (src / "dist").mkdir(parents=True, exist_ok=True)
     (src / "dist" / "deep_ep-1.2.1-py3-none-any.whl").write_text("")
+    # What setup.py bdist_wheel leaves in its build directory besides the wheel.
+    built = src / "build" / "lib.linux-x86_64-cpython-312"
+    (built / "deep_ep").mkdir(parents=True, exist_ok=True)
+    (built / "deep_ep" / "__init__.py").write_text("")
+    (built / "deep_ep_cpp.cpython-312-x86_64-linux-gnu.so").write_text("")
     env = {"PATH": "%s:/usr/bin:/bin" % bin_dir, "INSTALL_DIR": str(tmp_path / "install"), "SRC_DIR": str(src)}
     result = subprocess.run(["bash", "-c", command], cwd=str(src), env=env, capture_output=True, text=True,
                             timeout=60, check=False)
@@ -67,8 +72,9 @@ def test_deepep_interpreter_path_arrives_as_data(tmp_path):
     pwned = tmp_path / "src" / "pwned"
     commands = deepep_commands(python)
     calls = run(commands["build"], tmp_path, [python])
-    assert calls == [[python, "setup.py", "build_ext", "--inplace"],
-                     [python, "setup.py", "bdist_wheel", "--dist-dir", "dist"]]
+    assert calls == [[python, "setup.py", "bdist_wheel", "--dist-dir", "dist"]]
+    # In place too, for the tests and the env script.
+    assert (tmp_path / "src" / "deep_ep_cpp.cpython-312-x86_64-linux-gnu.so").is_file()
     calls = run(commands["verify"], tmp_path, [python])
     assert calls[-1] == [python, "-c", "import deep_ep, deep_ep_cpp"]
     calls = run(deepep_commands(python, version="v2")["verify"], tmp_path, [python])
