@@ -303,6 +303,13 @@ build_seconds:
   description: Wall time of build and verify; null when nothing was built.
   returned: always
   type: float
+build_cpu_seconds:
+  description:
+    - CPU time (user + system) of the build's and verify's processes, all of them; null when nothing was built.
+    - With RV(build_seconds), how well the build used the node's CPUs (a build slower than another of the same inputs
+      with the same CPU time waited on something else).
+  returned: always
+  type: float
 artifact:
   description: O(artifact_out), or null.
   returned: always
@@ -349,6 +356,7 @@ import json
 import os
 import pwd
 import re
+import resource
 import shutil
 import signal
 import stat
@@ -702,6 +710,8 @@ class SourceBuild(object):
         account = self.build_account()
         home = install_dir + ".home"
         started = time.time()
+        # Every step's process is waited for, so its CPU time (and that of what it waited for) counts here.
+        cpu_before = children_cpu_seconds()
         try:
             self.unpack(digest, src_dir)
             env = self.build_env(install_dir)
@@ -729,8 +739,9 @@ class SourceBuild(object):
             self.fail("build of %s failed: %s; %s; %s" % (self.params["name"], why, self.kept(), left),
                       fingerprint=fp)
         seconds = round(time.time() - started, 1)
+        cpu_seconds = round(children_cpu_seconds() - cpu_before, 1)
         stamp = dict(name=self.params["name"], fingerprint=fp, inputs=inputs, built_at=time.time(),
-                     build_seconds=seconds)
+                     build_seconds=seconds, build_cpu_seconds=cpu_seconds)
         # Never through a link the build may have left where the stamp goes.
         tmp = os.path.join(install_dir, STAMP + ".tmp")
         for path in (tmp, os.path.join(install_dir, STAMP)):
@@ -739,7 +750,7 @@ class SourceBuild(object):
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as handle:
             json.dump(stamp, handle, indent=2, sort_keys=True)
         os.rename(tmp, os.path.join(install_dir, STAMP))
-        return seconds
+        return seconds, cpu_seconds
 
     def _step_failed(self, status, what, log_path, fp):
         if status == ABANDONED:
@@ -925,7 +936,7 @@ class SourceBuild(object):
             return dict(changed=True, action="build", fingerprint=None, reason="source %s is not on the node yet" % src,
                         install_dir=None, src_dir=None, current=self.current,
                         previous_fingerprint=self.current_fingerprint(), source_digest=None, log=None,
-                        build_seconds=None, needs_source=True, files={}, lock_holder=self.lock.holder())
+                        build_seconds=None, build_cpu_seconds=None, needs_source=True, files={}, lock_holder=self.lock.holder())
         if not self.module.check_mode:
             self.build_account()  # a missing build user fails before anything is written (the roles create it)
         digest = self.source_digest()
@@ -984,7 +995,7 @@ class SourceBuild(object):
         result = dict(
             changed=action is not None, action=action or "none", fingerprint=fp, reason=reason, install_dir=install_dir,
             src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
-            source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None,
+            source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None, build_cpu_seconds=None,
             artifact=params["artifact_out"], artifact_written=False, needs_source=False, files={},
             build_user_exists=self.user_exists(params["build_user"]),
             lock_holder=self.lock.holder() if self.module.check_mode else None,
@@ -1001,7 +1012,7 @@ class SourceBuild(object):
         if action is not None:
             os.makedirs(self.builds, exist_ok=True)
             if action == "build":
-                result["build_seconds"] = self.build(fp, digest, inputs)
+                result["build_seconds"], result["build_cpu_seconds"] = self.build(fp, digest, inputs)
             elif action == "artifact":
                 self.install_artifact(fp, params["artifact_in"])
             self.switch_current(fp)
@@ -1061,6 +1072,12 @@ def spawn_in_own_group(argv, cwd, env, log, demote_to=None):
         finally:
             os._exit(127)
     return pid
+
+
+def children_cpu_seconds():
+    """User + system CPU seconds of this process's children that were waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def exit_status(pid, wait):

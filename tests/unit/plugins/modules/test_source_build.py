@@ -56,6 +56,19 @@ def test_first_build_then_nothing_to_do(run_module, src, tmp_path):
     second = build(run_module, src, prefix)
     assert second["changed"] is False and second["action"] == "none" and second["reason"].startswith("up to date")
     assert second["fingerprint"] == first["fingerprint"]
+    assert second["build_seconds"] is None and second["build_cpu_seconds"] is None
+
+
+def test_build_reports_the_cpu_time_of_its_processes(run_module, src, tmp_path):
+    """A build that waits reports its wall time but little CPU; one whose grandchild computes reports that CPU too
+    (each process is waited for by its parent, so its time adds up to the step's)."""
+    waits = build(run_module, src, tmp_path / "waits", build_command=BUILD + " && sleep 1")
+    assert waits["build_seconds"] >= 1.0 and waits["build_cpu_seconds"] < 0.5
+    burn = "python3 -c 'import time; all(iter(lambda: time.process_time() < 1.2, False))'"
+    computes = build(run_module, src, tmp_path / "computes", build_command=BUILD + ' && bash -c "%s"' % burn)
+    assert computes["build_cpu_seconds"] >= 1.1
+    stamp = (tmp_path / "computes" / "current" / ".moe_infra_stamp.json").read_text()
+    assert '"build_cpu_seconds": %s' % computes["build_cpu_seconds"] in stamp
 
 
 @pytest.mark.parametrize("change, expected_reason", [
