@@ -3,8 +3,12 @@
 # Apache License 2.0 (see LICENSE)
 """Action plugin of moe_infra.deepep.source_build: what only the controller can answer.
 
+build: the component's options in one dict (a role describes its build once; each task passes it whole).
+
 controller_src: the archive's sha256 is computed here (once per file and run), so the node confirms an up-to-date
 build without the archive being copied or hashed there; the module says `needs_source` when a build needs it.
+controller_patches: patch files read here and sent as the module's patch_texts (small text files: no copy tasks,
+and an up-to-date build needs nothing on the node).
 controller_cache: whether the controller's build cache holds this fingerprint (the artifact and its digest
 record), without a task of its own.
 controller_artifact: a build of the controller cache is put on the node (its remote temporary directory) and
@@ -40,6 +44,10 @@ ABANDON_MIN_SECONDS = 30
 ABANDON_MISSED_CHECKS = 6
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
+# What the build option may hold: the component's own options, as a role describes a build once for every task.
+BUILD_KEYS = ("name", "src", "git_url", "git_ref", "prefix", "build_command", "verify_command", "environment", "inputs",
+              "patches", "controller_patches", "keep", "force", "build_user", "controller_src", "read_files",
+              "cxx_runtime_check")
 # (path, size, mtime_ns) -> digest: every host of a run shares one archive, hashed once.
 _DIGESTS = {}
 
@@ -99,8 +107,27 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
+        build = args.pop("build", None) or {}
+        if not isinstance(build, dict) or set(build) - set(BUILD_KEYS):
+            return dict(result, failed=True, msg="build: a dict of %s; not accepted: %s" % (
+                ", ".join(BUILD_KEYS), ", ".join(sorted(set(build) - set(BUILD_KEYS))) if isinstance(build, dict)
+                else type(build).__name__))
+        for key, value in build.items():
+            # An option given on the task wins; an empty string or none is left out, as `| default('') or omit`.
+            if key not in args and value not in ("", None):
+                args[key] = value
         controller_src = args.pop("controller_src", None)
         controller_cache = args.pop("controller_cache", None)
+        texts = []
+        for patch in args.pop("controller_patches", None) or []:
+            try:
+                with open(self._find_needle("files", patch), "rb") as handle:
+                    texts.append(dict(name=os.path.basename(patch), content=handle.read().decode("utf-8")))
+            except (AnsibleError, OSError, UnicodeDecodeError) as exc:
+                return dict(result, failed=True, msg="controller_patches: cannot read %s on the controller (%s)"
+                                                     % (patch, exc))
+        if texts:
+            args["patch_texts"] = texts
         if controller_src:
             if not args.get("src"):
                 return dict(result, failed=True, msg="controller_src is set without src: name the path on the node "

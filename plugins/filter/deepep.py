@@ -114,13 +114,17 @@ def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
     return torch_pin_problems(torch_version, index_url, pip_extra_args)
 
 
-def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0):
+def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0,
+                        patch_dir=""):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.build import nvshmem
 
     try:
-        return nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
+        plan = nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
     except nvshmem.PlanError as exc:
         raise AnsibleFilterError(str(exc))
+    if patch_dir:
+        plan["patches"] = [dict(patch, path="%s/%s" % (patch_dir.rstrip("/"), patch["name"])) for patch in plan["patches"]]
+    return plan
 
 
 def nvshmem_source_version(source, version=None):

@@ -73,9 +73,31 @@ options:
     default: {}
   patches:
     description:
-      - Patch files applied with C(patch -p1) in the source before building, in order.
+      - Patch files on the node applied with C(patch -p1) in the source before building, in order.
     type: list
     elements: path
+    default: []
+  build:
+    description:
+      - The component's options in one dict, for a role that describes its build once and passes it to several
+        tasks; expanded by the action plugin. Keys C(name), C(src), C(git_url), C(git_ref), C(prefix),
+        C(build_command), C(verify_command), C(environment), C(inputs), C(patches), C(controller_patches), C(keep),
+        C(force), C(build_user), C(controller_src), C(read_files), C(cxx_runtime_check); an option set on the task
+        itself wins, and a key whose value is empty or null is left out. Any other key is refused.
+    type: dict
+  controller_patches:
+    description:
+      - Patch files on the controller (paths, or files of the role's C(files/)), handled by the action plugin, which
+        sends their text as O(patch_texts), so no task copies them to the node. Applied after O(patches), in order.
+    type: list
+    elements: path
+  patch_texts:
+    description:
+      - The patches of O(controller_patches) as the action plugin sends them, each a C(name) and its C(content).
+        Their digests are those of the files (the fingerprint is the same as with the files on the node); a build
+        writes them into its directory (C(.moe_infra_patches/)) and applies them from there.
+    type: list
+    elements: dict
     default: []
   keep:
     description:
@@ -352,6 +374,7 @@ files:
 """
 
 import errno
+import hashlib
 import json
 import os
 import pwd
@@ -384,6 +407,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fingerprint
 )
 
 STAMP = ".moe_infra_stamp.json"
+# Where a build puts the patches the controller sent (patch_texts).
+PATCH_DIR = ".moe_infra_patches"
 LOCAL_RECORD_SUFFIX = ".node-record"
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
 # What a failed build keeps: its logs, and the note saying why it failed.
@@ -763,7 +788,16 @@ class SourceBuild(object):
 
     def _build_steps(self, fp, env, src_dir, log_path):
         with open(log_path, "w") as log:
-            for patch in self.params["patches"]:
+            # The patches sent from the controller, beside the source (never through anything already there).
+            sent = []
+            if self.params["patch_texts"]:
+                os.mkdir(os.path.join(os.path.dirname(src_dir), PATCH_DIR), 0o755)
+            for patch in self.params["patch_texts"]:
+                path = os.path.join(os.path.dirname(src_dir), PATCH_DIR, patch["name"])
+                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as out:
+                    out.write(patch["content"].encode("utf-8"))
+                sent.append(path)
+            for patch in self.params["patches"] + sent:
                 status = self.run_logged("patch -p1 --forward < %s" % _quote(patch), env, src_dir, log)
                 if status == ABANDONED:
                     self._step_failed(status, "patching", log_path, fp)
@@ -944,6 +978,12 @@ class SourceBuild(object):
         missing = [p for p in params["patches"] if not os.path.isfile(p)]
         if missing:
             self.fail("patches: %s not found" % ", ".join(missing))
+        for patch in params["patch_texts"]:
+            name = patch.get("name") or ""
+            if "/" in name or name in ("", ".", "..") or name in patches or not isinstance(patch.get("content"), str):
+                self.fail("patch_texts: each needs a file name (no /, not given twice) and its content; got %r"
+                          % (name,))
+            patches[name] = hashlib.sha256(patch["content"].encode("utf-8")).hexdigest()
         inputs = dict(
             name=params["name"],
             source=digest,
@@ -1129,6 +1169,9 @@ def main():
             environment=dict(type="dict", default={}),
             inputs=dict(type="dict", default={}),
             patches=dict(type="list", elements="path", default=[]),
+            controller_patches=dict(type="list", elements="path"),
+            build=dict(type="dict"),
+            patch_texts=dict(type="list", elements="dict", default=[]),
             keep=dict(type="int", default=2),
             force=dict(type="bool", default=False),
             artifact_in=dict(type="path"),

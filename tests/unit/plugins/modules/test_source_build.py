@@ -102,6 +102,32 @@ def test_source_and_patch_changes_change_the_fingerprint(run_module, src, tmp_pa
     assert (src / "input.txt").read_text() == "hello world\n"
 
 
+def test_patches_sent_as_text_fingerprint_like_the_files_and_apply(run_module, src, tmp_path):
+    """The controller's patches arrive as patch_texts (the action plugin reads them): the fingerprint is the one the
+    same file on the node gives, so nothing rebuilds; a build writes and applies them beside its source."""
+    text = "--- a/input.txt\n+++ b/input.txt\n@@ -1 +1 @@\n-hello\n+hello patched\n"
+    patch = tmp_path / "fix.patch"
+    patch.write_text(text)
+    from_file = build(run_module, src, tmp_path / "files", patches=[str(patch)], check_mode=True)
+    sent = build(run_module, src, tmp_path / "sent", patch_texts=[{"name": "fix.patch", "content": text}])
+    assert sent["fingerprint"] == from_file["fingerprint"]
+    assert (tmp_path / "sent" / "current" / "src" / "built.txt").read_text().startswith("hello patched")
+    assert (tmp_path / "sent" / "current" / ".moe_infra_patches" / "fix.patch").read_text() == text
+    again = build(run_module, src, tmp_path / "sent", patch_texts=[{"name": "fix.patch", "content": text}])
+    assert again["changed"] is False
+    changed = build(run_module, src, tmp_path / "sent", check_mode=True,
+                    patch_texts=[{"name": "fix.patch", "content": text.replace("patched", "changed")}])
+    assert changed["fingerprint"] != sent["fingerprint"] and "patches.fix.patch" in changed["reason"]
+
+
+@pytest.mark.parametrize("name", ["../x.patch", "", "a/b.patch"])
+def test_a_sent_patch_needs_a_plain_file_name(run_module, src, tmp_path, name):
+    result = build(run_module, src, tmp_path / "opt", expect_fail=True,
+                   patch_texts=[{"name": name, "content": "x"}])
+    assert "patch_texts: each needs a file name" in result["msg"]
+    assert not (tmp_path / "opt" / "builds").exists() or not os.listdir(str(tmp_path / "opt" / "builds"))
+
+
 def test_check_mode_on_a_fresh_node_creates_nothing(run_module, src, tmp_path):
     prefix = tmp_path / "opt"
     result = build(run_module, src, prefix, check_mode=True)
