@@ -122,8 +122,9 @@ def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cma
         plan = nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
     except nvshmem.PlanError as exc:
         raise AnsibleFilterError(str(exc))
-    if patch_dir:
-        plan["patches"] = [dict(patch, path="%s/%s" % (patch_dir.rstrip("/"), patch["name"])) for patch in plan["patches"]]
+    plan["patches"] = [dict(patch, label="%s (%s: %s)" % (patch["name"], patch["id"], patch["why"]),
+                            **({"path": "%s/%s" % (patch_dir.rstrip("/"), patch["name"])} if patch_dir else {}))
+                       for patch in plan["patches"]]
     return plan
 
 

@@ -1,6 +1,8 @@
 # -*- coding: utf-8 -*-
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ansible.errors import AnsibleFilterError
@@ -62,6 +64,17 @@ def test_nvshmem_source_plan_filter():
         F["_nvshmem_source_plan"]("main", ["9.0"])
     with pytest.raises(AnsibleFilterError, match="'10' is neither a CUDA compute capability"):
         F["_nvshmem_source_plan"]("v3.4.5-0", ["10"])
+
+
+def test_nvshmem_source_plan_names_the_patch_files_on_the_controller():
+    """The role's files/patches: the build's module call reads them there (controller_patches); each says why."""
+    patch_dir = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "nvshmem_ibgda", "files",
+                             "patches")
+    plan = F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], patch_dir=patch_dir + "/")
+    assert [os.path.isfile(p["path"]) for p in plan["patches"]] == [True]
+    assert plan["patches"][0]["path"] == patch_dir + "/ibgda-roce-ah-attr-memset.patch"
+    assert plan["patches"][0]["label"].startswith("ibgda-roce-ah-attr-memset.patch (KF15: ")
+    assert "path" not in F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"])["patches"][0]
 
 
 def test_deepep_torch_pin_filter():
