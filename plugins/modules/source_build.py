@@ -327,7 +327,8 @@ build_seconds:
   type: float
 build_cpu_seconds:
   description:
-    - CPU time (user + system) of the build's and verify's processes, all of them; null when nothing was built.
+    - CPU time (user + system) of the build's processes, all of them (a git source's fetch, the patches, the build and
+      verify commands); null when nothing was built.
     - With RV(build_seconds), how well the build used the node's CPUs (a build slower than another of the same inputs
       with the same CPU time waited on something else).
   returned: always
