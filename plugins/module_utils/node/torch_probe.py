@@ -141,18 +141,40 @@ def runner(module, account=None):
             return module.run_command(argv, environ_update=env, cwd="/")
         return run_as(account, argv, "/", env)
     run.user = account.pw_name if account is not None else None
+    run.sys_paths = {}  # what _sys_path read with this runner (one module run's probes)
     return run
 
 
-def state_key(module, python, script, env, run=None):
-    """Digest of what the probe's answer depends on, or None when it cannot be read (then the probe runs)."""
-    run = run or runner(module)
+def _sys_path(python, env, run):
+    """The interpreter's sys.path under env, or None. A second probe of one module run reads none again: the same
+    environment gives the same answer, and one that only adds PYTHONPATH puts its entries in front of the answer
+    without it (a superset of what that interpreter searches, which is all a cache key needs)."""
+    user = getattr(run, "user", None)
+    seen = run.sys_paths if hasattr(run, "sys_paths") else {}
+    known = seen.get((python, tuple(sorted(env.items())), user))
+    if known is None and env.get("PYTHONPATH") is not None:
+        base = seen.get((python, tuple(sorted((k, v) for k, v in env.items() if k != "PYTHONPATH")), user))
+        if base is not None:
+            extra = [p for p in env["PYTHONPATH"].split(os.pathsep) if p]
+            known = extra + [p for p in base if p not in extra]
+    if known is not None:
+        return known
     rc, out, dummy = run([python, "-c", SYS_PATH], env)
     if rc != 0:
         return None
     try:
         paths = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
+        return None
+    seen[(python, tuple(sorted(env.items())), user)] = paths
+    return paths
+
+
+def state_key(module, python, script, env, run=None):
+    """Digest of what the probe's answer depends on, or None when it cannot be read (then the probe runs)."""
+    run = run or runner(module)
+    paths = _sys_path(python, env, run)
+    if paths is None:
         return None
     named = []
     for key in ("LD_PRELOAD", "LD_LIBRARY_PATH"):

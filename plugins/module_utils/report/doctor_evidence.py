@@ -10,6 +10,7 @@ import platform
 import re
 import resource
 import socket
+import stat
 import tarfile
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import CHECKS, diagnose, summary
@@ -130,8 +131,21 @@ def tree_owners(root):
     return {"root": root, "owner": owner, "foreign_owned": foreign}
 
 
+def read_recorded(path, limit=1 << 20):
+    """The text of a regular file not reached through a symlink at its last component, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(limit).decode("utf-8", "replace")
+
+
 def nvshmem_info(module, root, wheel):
-    info = {"root": root or None, "version": None, "ibgda": None, "source_build": False, "patched_ah_attr": False}
+    info = {"root": root or None, "version": None, "ibgda": None, "source_build": False, "patched_ah_attr": False,
+            "info_from": None}
     if not root:
         return info
     stamp = read_json(os.path.join(root, ".moe_infra_stamp.json"))
@@ -144,8 +158,16 @@ def nvshmem_info(module, root, wheel):
         info["version"] = info["version"] or wheel.get("version")
         info["ibgda"] = bool(wheel.get("ibgda_transport"))
     tool = os.path.join(root, "bin", "nvshmem-info")
-    if os.access(tool, os.X_OK):
+    # A build this collection verified kept what nvshmem-info -a printed then (its tree never changes after):
+    # read, not run again (the tool loads NVSHMEM's and CUDA's libraries).
+    recorded = os.path.join(root, "nvshmem-info.txt")
+    out = read_recorded(recorded) if info["source_build"] else None
+    if out is not None:
+        info["info_from"] = recorded
+    elif os.access(tool, os.X_OK):
         rc, out, dummy = module.run_command([tool, "-a"])
+        info["info_from"] = tool
+    if out is not None:
         match = re.search(r"NVSHMEM_IBGDA_SUPPORT\s*[:=]?\s*(ON|OFF|\w+)", out or "")
         if match:
             info["ibgda"] = match.group(1) == "ON"

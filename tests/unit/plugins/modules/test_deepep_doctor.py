@@ -174,6 +174,39 @@ def test_gdrcopy_and_nvshmem_under_their_own_prefixes(run_module, tmp_path):
     assert result["evidence"]["nvshmem"]["root"] == str(layers / "nvshmem" / "current")
 
 
+def test_nvshmem_info_is_read_from_the_verified_builds_record(run_module, tmp_path):
+    """A source build this collection verified kept what nvshmem-info -a printed (its verify command tees it into
+    the build): the doctor reads that record. An NVSHMEM without the stamp (installed by hand) is asked again."""
+    args = node(tmp_path)
+    build = tmp_path / "layers" / "nvshmem" / "builds" / "fp"
+    runs = tmp_path / "tool-runs"
+    # A stand-in tool (fixture) that says OFF and records each start: the record says ON.
+    write(build / "bin" / "nvshmem-info", "#!/bin/sh\necho x >> %s\necho 'NVSHMEM v3.4.5'\n"
+          "echo 'NVSHMEM_IBGDA_SUPPORT=OFF'\n" % runs, 0o755)
+    write(build / "nvshmem-info.txt", "NVSHMEM v3.4.5\nNVSHMEM_IBGDA_SUPPORT=ON\n")
+    os.symlink(str(build), str(tmp_path / "layers" / "nvshmem" / "current"))
+    python = tmp_path / "python"
+    write(python, "#!/bin/sh\necho '{\"error\": null}'\n", 0o755)
+    extra = dict(nvshmem_prefix=str(tmp_path / "layers" / "nvshmem"), python=str(python))
+    # No stamp: not this collection's verified build.
+    result, by_id = doctor(run_module, args, **extra)
+    nvshmem = result["evidence"]["nvshmem"]
+    assert nvshmem["ibgda"] is False and nvshmem["info_from"].endswith("/bin/nvshmem-info") and runs.exists()
+    runs.unlink()
+    write(build / ".moe_infra_stamp.json", json.dumps({"name": "nvshmem", "inputs": {"inputs": {"version": "3.4.5"}}}))
+    result, by_id = doctor(run_module, args, **extra)
+    nvshmem = result["evidence"]["nvshmem"]
+    assert nvshmem["ibgda"] is True and nvshmem["info_from"] == str(tmp_path / "layers" / "nvshmem" / "current"
+                                                                   / "nvshmem-info.txt")
+    assert not runs.exists()
+    # A record that is a link is not read.
+    os.unlink(str(build / "nvshmem-info.txt"))
+    os.symlink(str(tmp_path / "elsewhere.txt"), str(build / "nvshmem-info.txt"))
+    write(tmp_path / "elsewhere.txt", "NVSHMEM_IBGDA_SUPPORT=ON\n")
+    result, by_id = doctor(run_module, args, **extra)
+    assert result["evidence"]["nvshmem"]["ibgda"] is False and runs.exists()
+
+
 def test_preflight_only_does_not_start_the_interpreter(run_module, tmp_path):
     # A stand-in interpreter (fixture) that records each start: the full doctor probes it, preflight does not.
     args = node(tmp_path)

@@ -107,6 +107,28 @@ def test_answers_from_the_cache_until_the_interpreter_changes(run_module, tmp_pa
     assert rebuilt["cached"] is False and probes() == 10
 
 
+def test_one_run_reads_the_interpreters_path_once(run_module, tmp_path):
+    """Each sys.path read starts the interpreter: the import probe, which only adds PYTHONPATH, keys its answer on
+    the first probe's read with the tree in front, and still sees a change in that tree."""
+    python = make_python_site(tmp_path / "venv")
+    reads = tmp_path / "reads"
+    wrapper = tmp_path / "path-counting-python"
+    wrapper.write_text('#!/bin/sh\ncase "$2" in *"sys.path if p"*) echo x >> "%s" ;; esac\nexec "%s" "$@"\n'
+                       % (reads, python))
+    wrapper.chmod(0o755)
+    tree = tmp_path / "deepep-src"
+    tree.mkdir()
+    args = {"python": str(wrapper), "cache_dir": str(tmp_path / "cache"), "pythonpath": [str(tree)]}
+    first, failed = run_module(module, args)
+    assert not failed and first["cached"] is False
+    assert len(reads.read_text().splitlines()) == 1
+    again, dummy = run_module(module, args)
+    assert again["cached"] is True and len(reads.read_text().splitlines()) == 2
+    (tree / "deep_ep_cpp.so").write_text("")
+    rebuilt, dummy = run_module(module, args)
+    assert rebuilt["cached"] is False and len(reads.read_text().splitlines()) == 3
+
+
 SYSTEM_PYTHON = "/usr/bin/python3"  # one another user may run (pytest's may live under root's 0700 home)
 
 
