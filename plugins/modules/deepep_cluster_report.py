@@ -22,7 +22,8 @@ description:
   - Earlier runs stay in the report; a host's record of one kind (site, doctor, internode) is replaced by the
     newest. Hosts in O(targeted) but not in O(hosts) are marked as dropped out of this run.
   - Meant to run once per play on the controller (C(run_once), C(delegate_to) C(localhost)); the playbooks of this
-    collection do so at their end.
+    collection do so at their end. Its action plugin writes the report in the controller's own process with this
+    module's code (no module process starts); the report is always written on the controller.
   - In check mode nothing is written, neither the page nor the records.
 options:
   dest:
@@ -115,102 +116,22 @@ summary:
   elements: str
 """
 
-import datetime
-import json
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.report.cluster_report import (
-    LAYERS,
-    SOURCES,
-    agreeing_cells,
-    merge,
-    render_html,
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.cluster_report_writer import (
+    ARGUMENT_SPEC,
+    REQUIRED_ONE_OF,
+    ReportError,
+    write_report,
 )
 
 
-def _write(path, text):
-    handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".report.")
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def summary_lines(report, names):
-    lines = []
-    for name in sorted(names):
-        entry = report["hosts"].get(name) or {}
-        if entry.get("dropped"):
-            lines.append("%s: dropped out" % name)
-            continue
-        if not entry.get("site"):
-            continue
-        cells = agreeing_cells(entry)
-        lines.append("%s: %s" % (name, ", ".join("%s %s" % (title, cells[layer]["text"] if cells[layer]["state"] in
-                                                            ("ok", "skipped") else "%s (%s)" % (cells[layer]["text"],
-                                                            cells[layer]["state"]))
-                                                 for layer, title in LAYERS)))
-    return lines
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            dest=dict(type="path"),
-            records_dir=dict(type="path"),
-            source=dict(type="str", required=True, choices=list(SOURCES)),
-            hosts=dict(type="dict", required=True),
-            targeted=dict(type="list", elements="str", default=[]),
-            playbook=dict(type="str", default=""),
-            reasons=dict(type="dict", default={}),
-            inventory=dict(type="str", default=""),
-        ),
-        required_one_of=[("dest", "records_dir")],
-        supports_check_mode=True,
-    )
-    source = module.params["source"]
-    dest = os.path.abspath(module.params["dest"]) if module.params["dest"] else None
-    records_dir = os.path.abspath(module.params["records_dir"]) if module.params["records_dir"] else None
-    paths = {"json": os.path.join(dest, "report.json"), "html": os.path.join(dest, "report.html")} if dest else {}
-    for option, path, variable in (("dest", dest, "deepep_cluster_report_dir"),
-                                   ("records_dir", records_dir, "deepep_site_report_dir")):
-        if path and os.path.exists(path) and not os.path.isdir(path):
-            module.fail_json(msg="%s %s exists and is not a directory: set %s to a directory" % (option, path, variable))
-    hosts = dict((name, record) for name, record in module.params["hosts"].items() if isinstance(record, dict))
-    previous = None
-    if paths and os.path.isfile(paths["json"]):
-        try:
-            with open(paths["json"]) as handle:
-                previous = json.load(handle)
-        except ValueError:
-            previous = None  # a report cut off half-written: start again
-    at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    report = merge(previous, source, module.params["playbook"], at, hosts, module.params["targeted"],
-                   check_mode=module.check_mode, reasons=dict((str(k), str(v)) for k, v in
-                                                              module.params["reasons"].items()),
-                   inventory=module.params["inventory"])
-    records = dict((os.path.join(records_dir, "%s-%s.json" % (name, source)), record)
-                   for name, record in sorted(hosts.items())) if records_dir else {}
-    result = dict(changed=True, html=paths.get("html"), json=paths.get("json"), records=sorted(records),
-                  dropped=report["runs"][-1]["dropped"],
-                  summary=summary_lines(report, set(hosts) | set(report["runs"][-1]["dropped"])))
-    if module.check_mode:
-        module.exit_json(**result)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
     try:
-        if records_dir:
-            os.makedirs(records_dir, exist_ok=True)
-            for path, record in records.items():
-                _write(path, json.dumps(record, indent=4, sort_keys=True) + "\n")
-        if dest:
-            os.makedirs(dest, exist_ok=True)
-            _write(paths["json"], json.dumps(report, indent=2, sort_keys=True) + "\n")
-            _write(paths["html"], render_html(report))
-    except OSError as exc:
-        module.fail_json(msg="cannot write the report: %s" % exc, **result)
-    module.exit_json(**result)
+        module.exit_json(**write_report(module.params, module.check_mode))
+    except ReportError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
 
 
 if __name__ == "__main__":

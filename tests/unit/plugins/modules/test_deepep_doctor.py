@@ -196,8 +196,8 @@ def test_nvshmem_info_is_read_from_the_verified_builds_record(run_module, tmp_pa
     write(build / ".moe_infra_stamp.json", json.dumps({"name": "nvshmem", "inputs": {"inputs": {"version": "3.4.5"}}}))
     result, by_id = doctor(run_module, args, **extra)
     nvshmem = result["evidence"]["nvshmem"]
-    assert nvshmem["ibgda"] is True and nvshmem["info_from"] == str(tmp_path / "layers" / "nvshmem" / "current"
-                                                                   / "nvshmem-info.txt")
+    recorded = tmp_path / "layers" / "nvshmem" / "current" / "nvshmem-info.txt"
+    assert nvshmem["ibgda"] is True and nvshmem["info_from"] == str(recorded)
     assert not runs.exists()
     # A record that is a link is not read.
     os.unlink(str(build / "nvshmem-info.txt"))
