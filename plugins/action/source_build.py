@@ -19,12 +19,17 @@ build_timeout: the module runs in the background (a long build outlives an SSH s
 progress_interval seconds; each check prints the build's phase and elapsed time (not a bare async poll line) and
 touches the build's heartbeat. A Ctrl-C ends this worker at once (Ansible's workers do not finish their task), so
 the build looks after itself: with nobody checking on it for abandon_after seconds it stops and frees the lock.
-run_by: who runs this (user@controller pid), for the lock record a second run names."""
+run_by: who runs this (user@controller pid), for the lock record a second run names.
+known_builds: the node's build prefixes as deepep_facts read them with the node (ansible_facts.deepep.builds). The
+plan (check mode) of a build from a controller archive whose fingerprint, taken here as the module takes it, is the
+one `current` points at (a verified build) is answered here, as the module answers it, without a module run on the
+node. Anything else (another fingerprint, a git source, a prefix or a file that was not read) goes to the module."""
 
 from __future__ import annotations
 
 import getpass
 import hashlib
+import posixpath
 import os
 import socket
 import time
@@ -36,6 +41,8 @@ from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_progress import elapsed_text
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state import build_inputs, up_to_date_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fingerprint import fingerprint
 
 display = Display()
 
@@ -98,6 +105,46 @@ def archive_digest(path):
     return _DIGESTS[key]
 
 
+def plan_from_reading(args, known):
+    """The module's plan of an up-to-date build, from the node's reading (known: ansible_facts.deepep.builds), or
+    None when the module must answer: only a build of a controller archive (src_digest) with no patch files on the
+    node, in a prefix the reading holds, whose read_files and build user were read with it, and whose fingerprint
+    is the one `current` points at, stamped. A fingerprint taken otherwise than the module takes it cannot match a
+    stamped one: the module then answers, as without a reading."""
+    if not isinstance(known, dict) or not isinstance(known.get("prefixes"), dict):
+        return None
+    if (args.get("state") or "built") != "built" or args.get("git_url") or args.get("patches") or args.get("artifact_in"):
+        return None
+    if str(args.get("force", False)).lower() not in ("false", "no", "0", "off", "n", "f"):
+        return None
+    prefix, digest = args.get("prefix"), args.get("src_digest")
+    if not prefix or not args.get("src") or not digest or not posixpath.isabs(prefix):
+        return None
+    reading = known["prefixes"].get(posixpath.normpath(prefix))
+    read_files = list(args.get("read_files") or [])
+    build_user = args.get("build_user") or ""
+    if not isinstance(reading, dict) or set(read_files) - set(known.get("read_files") or []):
+        return None
+    if build_user and build_user != known.get("build_user"):
+        return None
+    environment, inputs = args.get("environment") or {}, args.get("inputs") or {}
+    if not isinstance(environment, dict) or not isinstance(inputs, dict):
+        return None
+    patches = {}
+    for patch in args.get("patch_texts") or []:
+        patches[patch["name"]] = hashlib.sha256(patch["content"].encode("utf-8")).hexdigest()
+    params = dict(name=args.get("name"), prefix=posixpath.normpath(prefix), build_command=args.get("build_command"),
+                  verify_command=args.get("verify_command"), environment=environment, inputs=inputs,
+                  artifact_out=args.get("artifact_out"))
+    fp = fingerprint(build_inputs(params, digest, patches))
+    if reading.get("current") != fp or not reading.get("stamped"):
+        return None
+    files = dict((rel, text) for rel, text in (reading.get("files") or {}).items() if rel in read_files)
+    return up_to_date_plan(params, dict(files=files, lock_holder=reading.get("lock_holder"),
+                                        build_user_exists=known.get("build_user_exists") if build_user else None),
+                           fp, digest)
+
+
 class ActionModule(ActionBase):
 
     _supports_check_mode = True
@@ -118,6 +165,7 @@ class ActionModule(ActionBase):
                 args[key] = value
         controller_src = args.pop("controller_src", None)
         controller_cache = args.pop("controller_cache", None)
+        known_builds = args.pop("known_builds", None)
         texts = []
         for patch in args.pop("controller_patches", None) or []:
             try:
@@ -174,7 +222,11 @@ class ActionModule(ActionBase):
                 args["artifact_in"] = self._put_artifact(local)
             build_timeout = 0  # an install answers at once
         sent = args.get("artifact_in") if controller_artifact and not self._play_context.check_mode else None
-        if build_timeout > 0 and not self._task.async_val and not self._play_context.check_mode:
+        known = (plan_from_reading(args, known_builds)
+                 if self._play_context.check_mode and not controller_artifact else None)
+        if known is not None:
+            module = known
+        elif build_timeout > 0 and not self._task.async_val and not self._play_context.check_mode:
             module = self._build_in_background(args, task_vars, build_timeout, interval, progress_log)
         else:
             wrap_async = self._task.async_val and not self._connection.has_native_async
@@ -201,7 +253,7 @@ class ActionModule(ActionBase):
             module["cached"] = os.path.isfile(os.path.join(cache, name)) and os.path.isfile(
                 os.path.join(cache, name + ".sha256"))
         result = merge_hash(result, module)
-        if not self._task.async_val:
+        if not self._task.async_val and known is None:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
 

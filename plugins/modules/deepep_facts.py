@@ -96,6 +96,27 @@ options:
         description: The unprivileged user the interpreter runs as (C(deepep_test_user)); empty, the module's user.
         type: str
         default: ""
+  builds:
+    description:
+      - Also read what the build layers installed under O(builds.root) (each directory there with a C(current) or
+        C(builds) of M(moe_infra.deepep.source_build)), and return it under C(builds). With it, the plan of an
+        up-to-date build (M(moe_infra.deepep.source_build) in check mode given C(known_builds)) is answered on the
+        controller, without starting that module on the node. Unset, none is read.
+    type: dict
+    suboptions:
+      root:
+        description: The collection's prefix (C(deepep_prefix)), whose directories are the build prefixes.
+        type: path
+        required: true
+      read_files:
+        description: Files of each current build to read, relative to it (the layers' C(read_files)).
+        type: list
+        elements: str
+        default: []
+      build_user:
+        description: The unprivileged build user (C(deepep_build_user)), whether it exists is read; empty, none.
+        type: str
+        default: ""
   same_as:
     description:
       - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options.
@@ -143,16 +164,21 @@ ansible_facts:
           (C(exists) false for an interpreter not created yet); absent otherwise.
         - C(checks), with O(preflight_checks), the doctor's checks for what no layer fixes (C(findings),
           C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
+        - C(builds), with O(builds), C(root), C(read_files), C(build_user), C(build_user_exists) and per build
+          prefix (C(prefixes)) the fingerprint C(current) points at, whether that build is C(stamped) (verified),
+          its C(files) and the C(lock_holder) (the run building there now; null when none).
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
       returned: always
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state import read_builds
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor_evidence import PREFLIGHT_OPTIONS, preflight_checks
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, read_node
@@ -164,9 +190,13 @@ INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
                            cache_dir=dict(type="path", default=""), run_as=dict(type="str", default=""))
 
 
+BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(type="list", elements="str", default=[]),
+                      build_user=dict(type="str", default=""))
+
 READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
                     preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS),
-                    interpreter=dict(type="dict", options=INTERPRETER_OPTIONS))
+                    interpreter=dict(type="dict", options=INTERPRETER_OPTIONS),
+                    builds=dict(type="dict", options=BUILDS_OPTIONS))
 
 
 def main():
@@ -196,6 +226,17 @@ def main():
             module.fail_json(msg="interpreter: python is required (the interpreter DeepEP is built with)")
         p["interpreter"] = interpreter
         node["interpreter"] = read_stack(module, dict(interpreter, environment={}, missing_ok=True))
+    if p["builds"] is not None:
+        builds = dict((name, spec.get("default")) for name, spec in BUILDS_OPTIONS.items())
+        builds.update(p["builds"])
+        for rel in builds["read_files"] or []:
+            if os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == "..":
+                module.fail_json(msg="builds: read_files %r is not accepted; accepted: a path inside a build "
+                                     "directory, relative to it (e.g. include/gdrapi.h)" % rel)
+        if not builds["root"]:
+            module.fail_json(msg="builds: root is required (the collection's prefix, deepep_prefix)")
+        p["builds"] = builds
+        node["builds"] = read_builds(builds["root"], builds["read_files"] or [], builds["build_user"] or "")
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

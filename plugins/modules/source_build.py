@@ -133,6 +133,15 @@ options:
       - A directory of verified builds on the controller (C(<name>-<fingerprint>.tar.gz)), handled by the action
         plugin, which returns in RV(cached) whether this fingerprint's archive is there.
     type: path
+  known_builds:
+    description:
+      - The node's build prefixes as M(moe_infra.deepep.deepep_facts) read them with the node
+        (C(ansible_facts.deepep.builds)), handled by the action plugin. In check mode, a build of O(controller_src)
+        whose fingerprint (taken on the controller as this module takes it) is the verified build C(current) points
+        at is answered from that reading, as this module would answer (up to date), with no module run on the node.
+        Any other case (another fingerprint, a git source, O(patches), a prefix or a file of O(read_files) the
+        reading does not hold) runs this module as without it.
+    type: dict
   controller_artifact:
     description:
       - An archive of a verified build in the controller cache (what another node made with the same inputs),
@@ -383,7 +392,6 @@ import re
 import resource
 import shutil
 import signal
-import stat
 import tarfile
 import time
 import zlib
@@ -397,6 +405,14 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.inputs imp
     git_url_problem,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock, describe, kill_group, process_start
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state import (
+    STAMP,
+    build_inputs,
+    current_fingerprint,
+    read_no_follow,
+    read_stamp,
+    user_exists,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import cxx_runtime_copies, cxx_runtime_message
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.safe_tar import UNSAFE_ERRORS, NoSafeExtraction, extract_all
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import boot_ticks_now, chown_tree, end_processes_of
@@ -407,7 +423,6 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fingerprint
     tree_digest,
 )
 
-STAMP = ".moe_infra_stamp.json"
 # Where a build puts the patches the controller sent (patch_texts).
 PATCH_DIR = ".moe_infra_patches"
 LOCAL_RECORD_SUFFIX = ".node-record"
@@ -576,17 +591,12 @@ class SourceBuild(object):
 
     # State --------------------------------------------------------------------------------------
 
-    def read_stamp(self, build_dir):
-        try:
-            with open(os.path.join(build_dir, STAMP)) as handle:
-                return json.load(handle)
-        except (OSError, IOError, ValueError):
-            return None
+    @staticmethod
+    def read_stamp(build_dir):
+        return read_stamp(build_dir)
 
     def current_fingerprint(self):
-        if not os.path.islink(self.current):
-            return None
-        return os.path.basename(os.readlink(self.current))
+        return current_fingerprint(self.prefix)
 
     def switch_current(self, fp):
         tmp = self.current + ".new"
@@ -611,13 +621,7 @@ class SourceBuild(object):
     @staticmethod
     def user_exists(user):
         """Whether build_user is on this node (None when no build user is asked for)."""
-        if not user:
-            return None
-        try:
-            pwd.getpwnam(user)
-        except KeyError:
-            return False
-        return True
+        return user_exists(user)
 
     def build_account(self):
         """(uid, gid, name) of build_user, or None to run as the module's user."""
@@ -985,15 +989,7 @@ class SourceBuild(object):
                 self.fail("patch_texts: each needs a file name (no /, not given twice) and its content; got %r"
                           % (name,))
             patches[name] = hashlib.sha256(patch["content"].encode("utf-8")).hexdigest()
-        inputs = dict(
-            name=params["name"],
-            source=digest,
-            build_command=params["build_command"],
-            verify_command=params["verify_command"],
-            environment={k: str(v) for k, v in params["environment"].items()},
-            patches=patches,
-            inputs=params["inputs"],
-        )
+        inputs = build_inputs(params, digest, patches)
         fp = fingerprint(inputs)
         if not self.module.check_mode:
             # From here to the switch: one run at a time on this prefix. What the plan reads below is read under
@@ -1063,31 +1059,6 @@ class SourceBuild(object):
             result["changed"] = result["changed"] or result["artifact_written"]
         result["files"] = self.read_files(install_dir)
         return result
-
-
-def read_no_follow(root, rel):
-    """The text of root/rel, or None when it is missing, not a regular file, or reached through a symlink."""
-    parts = [p for p in os.path.normpath(rel).split(os.sep) if p not in ("", ".")]
-    if not parts or ".." in parts:
-        return None
-    try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        for part in parts[:-1]:
-            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        handle = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-    except OSError:
-        os.close(fd)
-        return None
-    os.close(fd)
-    with os.fdopen(handle, "rb") as reader:
-        if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
-            return None
-        return reader.read().decode("utf-8", "replace")
 
 
 def spawn_in_own_group(argv, cwd, env, log, demote_to=None):
@@ -1180,6 +1151,7 @@ def main():
             build_user=dict(type="str"),
             controller_src=dict(type="path"),
             controller_cache=dict(type="path"),
+            known_builds=dict(type="dict"),
             controller_artifact=dict(type="path"),
             src_digest=dict(type="str"),
             read_files=dict(type="list", elements="str", default=[]),

@@ -33,8 +33,8 @@ def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_modu
         "sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"), "modprobe_dir": "/etc/modprobe.d",
         "include_dirs": [str(tmp_path / "include")], "cuda_home": "/usr/local/cuda", "nvidia_smi": "nvidia-smi",
         "hca_include": [], "hca_exclude": [], "link_layer": "auto", "registry_dwords": {}, "module_params": {},
-        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None, "interpreter": None}
-    assert "checks" not in facts and "interpreter" not in facts  # only when asked for
+        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None, "interpreter": None, "builds": None}
+    assert "checks" not in facts and "interpreter" not in facts and "builds" not in facts  # only when asked for
 
 
 def test_each_reading_is_told_apart_by_when_it_was_made(run_module, tmp_path):
@@ -151,3 +151,35 @@ def test_an_interpreter_without_python_is_refused(run_module, tmp_path):
     machines.h200_no_nics(tmp_path)
     result, failed = run_module(deepep_facts, dict(same_as={"sysfs_root": str(tmp_path), "interpreter": {"run_as": ""}}))
     assert failed and result["msg"].startswith("interpreter: python is required"), result
+
+
+def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_module, tmp_path):
+    """Each directory under the prefix that source_build installs into (current, builds): the fingerprint current
+    points at, whether it is stamped (verified), the files asked for (never through a link), the lock's holder."""
+    machines.h200_no_nics(tmp_path / "sys")
+    opt = tmp_path / "opt"
+    build = opt / "gdrcopy" / "builds" / "0123456789abcdef"
+    (build / "include").mkdir(parents=True)
+    (build / "include" / "gdrapi.h").write_text("#define GDR_API_MAJOR_VERSION 2\n")
+    (build / ".moe_infra_stamp.json").write_text('{"fingerprint": "0123456789abcdef"}')
+    (opt / "gdrcopy" / "current").symlink_to("builds/0123456789abcdef")
+    (opt / "nvshmem" / "builds").mkdir(parents=True)  # a build that failed before it went live
+    (opt / "venv").mkdir()  # not a build prefix
+    (tmp_path / "secret").write_text("root only\n")
+    (build / "imports.node-record").symlink_to(tmp_path / "secret")
+    asked = {"root": str(opt), "read_files": ["include/gdrapi.h", "imports.node-record"], "build_user": "root"}
+    result, failed = gather(run_module, tmp_path / "sys", builds=asked)
+    assert not failed, result
+    builds = result["ansible_facts"]["deepep"]["builds"]
+    assert builds["build_user_exists"] is True and builds["read_files"] == ["imports.node-record", "include/gdrapi.h"]
+    assert builds["prefixes"] == {
+        str(opt / "gdrcopy"): {"current": "0123456789abcdef", "stamped": True, "lock_holder": None,
+                               "files": {"include/gdrapi.h": "#define GDR_API_MAJOR_VERSION 2\n"}},
+        str(opt / "nvshmem"): {"current": None, "stamped": False, "files": {}, "lock_holder": None}}
+    # A later reading with what this one recorded sees a build that is no longer verified.
+    (build / ".moe_infra_stamp.json").unlink()
+    again, failed = run_module(deepep_facts, dict(same_as=result["ansible_facts"]["deepep"]["read_from"]))
+    assert not failed, again
+    assert again["ansible_facts"]["deepep"]["builds"]["prefixes"][str(opt / "gdrcopy")]["stamped"] is False
+    refused, failed = gather(run_module, tmp_path / "sys", builds=dict(asked, read_files=["../etc/shadow"]))
+    assert failed and refused["msg"].startswith("builds: read_files '../etc/shadow' is not accepted")
