@@ -117,6 +117,13 @@ options:
         description: The unprivileged build user (C(deepep_build_user)), whether it exists is read; empty, none.
         type: str
         default: ""
+      digests:
+        description:
+          - Files whose sha256 and mode are read (the env script the C(deepep) role writes), so that an unchanged
+            one is not written again. A file that is missing, a link or not a regular file reads as null.
+        type: list
+        elements: path
+        default: []
   same_as:
     description:
       - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options.
@@ -166,7 +173,8 @@ ansible_facts:
           C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
         - C(builds), with O(builds), C(root), C(read_files), C(build_user), C(build_user_exists) and per build
           prefix (C(prefixes)) the fingerprint C(current) points at, whether that build is C(stamped) (verified),
-          its C(files) and the C(lock_holder) (the run building there now; null when none).
+          its C(files) and the C(lock_holder) (the run building there now; null when none); C(digests), the
+          C(sha256) and C(mode) of each file of O(builds.digests) (null when it is not a regular file).
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
@@ -191,7 +199,7 @@ INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
 
 
 BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(type="list", elements="str", default=[]),
-                      build_user=dict(type="str", default=""))
+                      build_user=dict(type="str", default=""), digests=dict(type="list", elements="path", default=[]))
 
 READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
                     preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS),
@@ -236,7 +244,8 @@ def main():
         if not builds["root"]:
             module.fail_json(msg="builds: root is required (the collection's prefix, deepep_prefix)")
         p["builds"] = builds
-        node["builds"] = read_builds(builds["root"], builds["read_files"] or [], builds["build_user"] or "")
+        node["builds"] = read_builds(builds["root"], builds["read_files"] or [], builds["build_user"] or "",
+                                     builds["digests"] or [])
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

@@ -8,6 +8,7 @@ points at on the controller, as the module would, instead of starting the module
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -84,8 +85,25 @@ def build_state(prefix, read_files):
     return dict(current=fp, stamped=stamped, files=files, lock_holder=PrefixLock(prefix).holder())
 
 
-def read_builds(root, read_files, build_user):
-    """Every build prefix directly under root (a directory with `current` or `builds`), read with build_state."""
+def file_digest_and_mode(path):
+    """{sha256, mode ('0644')} of a regular file not reached through a link at its last component, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return dict(sha256=digest.hexdigest(), mode="%04o" % stat.S_IMODE(info.st_mode))
+
+
+def read_builds(root, read_files, build_user, digests=()):
+    """Every build prefix directly under root (a directory with `current` or `builds`), read with build_state; and
+    the sha256 and mode of each file of digests (the env script), null for one that is not a regular file."""
     prefixes = {}
     try:
         names = sorted(os.listdir(root))
@@ -96,7 +114,8 @@ def read_builds(root, read_files, build_user):
         if os.path.islink(os.path.join(prefix, "current")) or os.path.isdir(os.path.join(prefix, "builds")):
             prefixes[prefix] = build_state(prefix, read_files)
     return dict(root=root, read_files=sorted(read_files), build_user=build_user,
-                build_user_exists=user_exists(build_user), prefixes=prefixes)
+                build_user_exists=user_exists(build_user), prefixes=prefixes,
+                digests=dict((path, file_digest_and_mode(path)) for path in digests))
 
 
 def build_inputs(params, digest, patches):

@@ -3,6 +3,8 @@
 hand-written mapping applied, the layer plan, where and when it was read)."""
 from __future__ import annotations
 
+import hashlib
+
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor, deepep_facts, deepep_node_info, torch_stack_info
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
@@ -167,10 +169,17 @@ def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_mo
     (opt / "venv").mkdir()  # not a build prefix
     (tmp_path / "secret").write_text("root only\n")
     (build / "imports.node-record").symlink_to(tmp_path / "secret")
-    asked = {"root": str(opt), "read_files": ["include/gdrapi.h", "imports.node-record"], "build_user": "root"}
+    (opt / "env.sh").write_text("export NVSHMEM_IB_GID_INDEX=3\n")
+    (opt / "env.sh").chmod(0o640)
+    (opt / "linked.sh").symlink_to(opt / "env.sh")
+    asked = {"root": str(opt), "read_files": ["include/gdrapi.h", "imports.node-record"], "build_user": "root",
+             "digests": [str(opt / "env.sh"), str(opt / "linked.sh"), str(opt / "missing.sh")]}
     result, failed = gather(run_module, tmp_path / "sys", builds=asked)
     assert not failed, result
     builds = result["ansible_facts"]["deepep"]["builds"]
+    assert builds["digests"] == {
+        str(opt / "env.sh"): {"mode": "0640", "sha256": hashlib.sha256(b"export NVSHMEM_IB_GID_INDEX=3\n").hexdigest()},
+        str(opt / "linked.sh"): None, str(opt / "missing.sh"): None}
     assert builds["build_user_exists"] is True and builds["read_files"] == ["imports.node-record", "include/gdrapi.h"]
     assert builds["prefixes"] == {
         str(opt / "gdrcopy"): {"current": "0123456789abcdef", "stamped": True, "lock_holder": None,
