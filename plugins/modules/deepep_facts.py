@@ -172,7 +172,8 @@ ansible_facts:
         - C(checks), with O(preflight_checks), the doctor's checks for what no layer fixes (C(findings),
           C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
         - C(builds), with O(builds), C(root), C(read_files), C(build_user), C(build_user_exists) and per build
-          prefix (C(prefixes)) the fingerprint C(current) points at, whether that build is C(stamped) (verified),
+          prefix (C(prefixes)) the fingerprint C(current) points at and its C(install_dir), whether that build is
+          C(stamped) (verified),
           its C(files) and the C(lock_holder) (the run building there now; null when none); C(digests), the
           C(sha256) and C(mode) of each file of O(builds.digests) (null when it is not a regular file).
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told

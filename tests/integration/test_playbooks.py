@@ -361,18 +361,19 @@ def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, to
     assert "PLAY [System layers" not in out
 
 
-def test_tags_deepep_leaves_the_interpreter_to_deepeps_own_check(tmp_path):
-    # --tags deepep runs no system layer: the preflight play does not read the interpreter; the build layers' input
-    # check reads it once and refuses V2 with NCCL 2.28.9 (KF31) before DeepEP changes anything (nccl_method none:
-    # no layer provides another NCCL).
+def test_tags_deepep_reads_the_interpreter_once_and_deepeps_own_check_refuses(tmp_path):
+    # --tags deepep runs no system layer: the preflight play reads the given interpreter with the node (one call);
+    # the build layers' input check uses that reading (no second one) and refuses V2 with NCCL 2.28.9 (KF31) before
+    # DeepEP changes anything (nccl_method none: no layer provides another NCCL).
     python = make_python_site(tmp_path / "venv", torch="2.11.0+cu130")
     rc, out = playbook("site.yml", tmp_path, "--tags", "deepep", "-e", json.dumps({
         "deepep_python": python, "deepep_version": "v2", "deepep_git_ref": "0123abcd", "cuda_version": "13.0",
         "nccl_method": "none"}), machine="gcp_b200")
     assert rc == 2, out
     task = "TASK [moe_infra.deepep.deepep : Read the node and the build interpreter]"
-    assert out.count(task) == 1, out
-    assert out[out.index(task):].split("\n", 2)[1].startswith("ok: [localhost]"), out
-    assert out.index(task) > out.index("PLAY [Check the DeepEP inputs before changing anything]"), out
+    assert task not in out or out[out.index(task):].split("\n", 2)[1].startswith("skipping: [localhost]"), out
+    reading = "TASK [moe_infra.deepep.preflight : Discover GPUs"
+    assert out.count(reading) == 1 and out.index(reading) < out.index(
+        "PLAY [Check the DeepEP inputs before changing anything]"), out
     assert "[KF31] DeepEP V2 needs NCCL >= 2.30.4; found 2.28.9" in re.sub(r"\s*\n\s*", " ", out), out
     assert recap(out)["changed"] == 0

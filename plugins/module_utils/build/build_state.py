@@ -72,8 +72,9 @@ def user_exists(user):
 
 
 def build_state(prefix, read_files):
-    """The build `current` points at (its fingerprint), whether it is stamped, read_files of it (as the module's
-    read_files: never through a link) and the run holding the prefix's lock (None when nobody does)."""
+    """The build `current` points at (its fingerprint and directory, as the module names them), whether it is
+    stamped, read_files of it (as the module's read_files: never through a link) and the run holding the prefix's
+    lock (None when nobody does)."""
     fp = current_fingerprint(prefix)
     stamped = fp is not None and read_stamp(os.path.join(prefix, "builds", fp)) is not None
     files = {}
@@ -82,7 +83,8 @@ def build_state(prefix, read_files):
             text = read_no_follow(os.path.join(prefix, "builds", fp), rel)
             if text is not None:
                 files[rel] = text
-    return dict(current=fp, stamped=stamped, files=files, lock_holder=PrefixLock(prefix).holder())
+    return dict(current=fp, install_dir=os.path.join(prefix, "builds", fp) if fp else None, stamped=stamped,
+                files=files, lock_holder=PrefixLock(prefix).holder())
 
 
 def file_digest_and_mode(path):

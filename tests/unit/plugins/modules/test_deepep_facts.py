@@ -182,9 +182,9 @@ def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_mo
         str(opt / "linked.sh"): None, str(opt / "missing.sh"): None}
     assert builds["build_user_exists"] is True and builds["read_files"] == ["imports.node-record", "include/gdrapi.h"]
     assert builds["prefixes"] == {
-        str(opt / "gdrcopy"): {"current": "0123456789abcdef", "stamped": True, "lock_holder": None,
-                               "files": {"include/gdrapi.h": "#define GDR_API_MAJOR_VERSION 2\n"}},
-        str(opt / "nvshmem"): {"current": None, "stamped": False, "files": {}, "lock_holder": None}}
+        str(opt / "gdrcopy"): {"current": "0123456789abcdef", "install_dir": str(build), "stamped": True,
+                               "lock_holder": None, "files": {"include/gdrapi.h": "#define GDR_API_MAJOR_VERSION 2\n"}},
+        str(opt / "nvshmem"): {"current": None, "install_dir": None, "stamped": False, "files": {}, "lock_holder": None}}
     # A later reading with what this one recorded sees a build that is no longer verified.
     (build / ".moe_infra_stamp.json").unlink()
     again, failed = run_module(deepep_facts, dict(same_as=result["ansible_facts"]["deepep"]["read_from"]))
