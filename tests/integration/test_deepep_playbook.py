@@ -353,9 +353,11 @@ def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
     assert "inputs.torch: 2.11.0+cu130 -> 2.12.0+cu130" in out
     # The compiler (a build input) is discovery's reading of this run: gcc is not run a second time.
     assert outcomes("moe_infra.deepep.deepep : Find the compiler") == ["skipping"], out
-    # GDRCopy is not rebuilt but exported from `current` in one command: the same root as the full run (the env
-    # script, which names its lib directory, did not change: changed=1 above is DeepEP's build).
-    assert outcomes("moe_infra.deepep.gdrcopy : Find the verified GDRCopy build and read its version") == ["ok"], out
+    # GDRCopy is not rebuilt but exported from `current` as the node's reading (preflight's) holds it, with no
+    # command of its own: the same root as the full run (the env script, which names its lib directory, did not
+    # change: changed=1 above is DeepEP's build).
+    assert outcomes("moe_infra.deepep.gdrcopy : Find the verified GDRCopy build and read its version") == [
+        "skipping"], out
     rebuilt = json.loads((node["tmp"] / "site" / "localhost-site.json").read_text())
     assert rebuilt["gdrcopy"] == summary["gdrcopy"] and rebuilt["deepep"]["fingerprint"] != summary["deepep"]["fingerprint"]
 
