@@ -120,7 +120,9 @@ def plan_from_reading(args, known):
     prefix, digest = args.get("prefix"), args.get("src_digest")
     if not prefix or not args.get("src") or not digest or not posixpath.isabs(prefix):
         return None
-    reading = known["prefixes"].get(posixpath.normpath(prefix))
+    # The prefix as given, not normalized: the plan's paths (and the layers' fingerprints that name them) are the
+    # module's, and the reading names each prefix as the module would.
+    reading = known["prefixes"].get(prefix)
     read_files = list(args.get("read_files") or [])
     build_user = args.get("build_user") or ""
     if not isinstance(reading, dict) or set(read_files) - set(known.get("read_files") or []):
@@ -133,7 +135,7 @@ def plan_from_reading(args, known):
     patches = {}
     for patch in args.get("patch_texts") or []:
         patches[patch["name"]] = hashlib.sha256(patch["content"].encode("utf-8")).hexdigest()
-    params = dict(name=args.get("name"), prefix=posixpath.normpath(prefix), build_command=args.get("build_command"),
+    params = dict(name=args.get("name"), prefix=prefix, build_command=args.get("build_command"),
                   verify_command=args.get("verify_command"), environment=environment, inputs=inputs,
                   artifact_out=args.get("artifact_out"))
     fp = fingerprint(build_inputs(params, digest, patches))

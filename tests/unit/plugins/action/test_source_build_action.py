@@ -114,6 +114,9 @@ def test_an_up_to_date_plan_is_answered_from_the_reading_as_the_module_answers(t
     assert plan_from_reading(dict(args, inputs={"torch": "2.12.0", "arch_list": ["9.0"]}), known) is None
     assert plan_from_reading(dict(args, force=True), known) is None
     assert plan_from_reading(dict(args, prefix=str(tmp_path / "elsewhere")), known) is None
+    # Spelled otherwise than the reading names it: the module's paths would be spelled so too (they go into the
+    # fingerprints of the layers above), so the module answers.
+    assert plan_from_reading(dict(args, prefix=args["prefix"].replace("/opt/", "/opt//")), known) is None
     assert plan_from_reading(dict(args, read_files=["src/OTHER"]), known) is None
     assert plan_from_reading(dict(args, build_user="deepep-build"), known) is None
     assert plan_from_reading(dict(args, patch_texts=[]), known) is None
