@@ -24,15 +24,16 @@ ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abs
 
 
 def role_options():
-    """{name: option} from every role's meta/argument_specs.yml (entry point main), as installed beside this
-    plugin."""
+    """{name: option} from every role's meta/argument_specs.yml (every entry point; main last, so that a role's
+    main entry point says what its variables accept), as installed beside this plugin."""
     options = {}
     for role in sorted(os.listdir(ROLES)):
         path = os.path.join(ROLES, role, "meta", "argument_specs.yml")
         if os.path.isfile(path):
             with open(path) as handle:
-                spec = yaml.load(handle, Loader=SafeLoader) or {}
-            options.update(((spec.get("argument_specs") or {}).get("main") or {}).get("options") or {})
+                entry_points = (yaml.load(handle, Loader=SafeLoader) or {}).get("argument_specs") or {}
+            for name in sorted(entry_points, key=lambda entry_point: entry_point == "main"):
+                options.update((entry_points[name] or {}).get("options") or {})
     return options
 
 

@@ -36,7 +36,8 @@ def check(facts):
     """facts: deepep_version ('v1'|'v2'), torch, torch_cuda (CUDA torch was built with), nccl, cuda_release, cccl_include_dir, gpu_compute_caps,
     arch_list (may be empty: from the GPUs), nvshmem_version, nvshmem_35_fix (bool), hca_families.
 
-    Returns {problems: [...], arch_list, build_env: {...}}.
+    Returns {problems: [...], arch_list, build_env: {...}, message}: message says every problem with its fix in one
+    line ('' when there is none).
     """
     problems = []
     env = {}
@@ -110,7 +111,10 @@ def check(facts):
         problems.append(_problem(
             "KF24", "NVSHMEM %s accepts only mlx5* HCA names; found %s" % (facts.get("nvshmem_version"), found),
             "install DOCA-OFED (renames HCAs to mlx5_*) or use NVSHMEM >= 3.4.5 with NVSHMEM_HCA_PREFIX"))
-    return {"problems": problems, "arch_list": arches, "build_env": env}
+    message = ("DeepEP %s cannot be built here: %s" % (version, " ".join(
+        "[%s] %s. Fix: %s." % (problem["id"] or "input", problem["message"], problem["fix"]) for problem in problems))
+        if problems else "")
+    return {"problems": problems, "arch_list": arches, "build_env": env, "message": message}
 
 
 LOCAL_CUDA_TAG_RE = re.compile(r"\+(cu\d+|cpu)$")

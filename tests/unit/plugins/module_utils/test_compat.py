@@ -34,6 +34,16 @@ def test_v2_names_nccl_found():
     assert gate(deepep_version="v2", nccl="2.30.4")["problems"] == []
 
 
+def test_the_message_says_every_problem_with_its_fix_in_one_line():
+    assert gate()["message"] == ""
+    result = gate(deepep_version="v2", torch="2.9.1+cu129")
+    fixes = [problem["fix"] for problem in result["problems"]]
+    assert len(fixes) == 2 and "\n" not in result["message"]
+    assert result["message"] == (
+        "DeepEP v2 cannot be built here: [input] DeepEP V2 needs torch >= 2.10; found 2.9.1+cu129. Fix: %s. "
+        "[KF31] DeepEP V2 needs NCCL >= 2.30.4; found 2.28.9. Fix: %s." % tuple(fixes))
+
+
 def test_v2_needs_torch_210():
     problems = ids(gate(deepep_version="v2", torch="2.9.1+cu129", nccl="2.30.4"))
     assert problems == [(None, "DeepEP V2 needs torch >= 2.10; found 2.9.1+cu129")]

@@ -498,7 +498,8 @@ def test_validate_yml_checks_the_variables_of_every_role_the_site_playbook_runs(
     for role in sorted(set(os.listdir(roles)) - {"gcp_image", "generalize"}):
         path = os.path.join(roles, role, "meta", "argument_specs.yml")
         with open(path) as handle:
-            options = ((yaml.safe_load(handle)["argument_specs"].get("main") or {}).get("options") or {})
+            options = [name for entry_point in yaml.safe_load(handle)["argument_specs"].values()
+                       for name in (entry_point.get("options") or {})]
         unchecked.extend("%s: %s" % (role, name) for name in options if not pattern.match(name))
     assert unchecked == []
 

@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+"""The hosts the playbooks' plays run on.
+
+ansible-core templates a play's `hosts` in its main process, before it forks the worker processes that run the
+play's tasks, and finds a collection filter by importing every filter file of the collection: the filter here also
+imports the module_utils that this collection's filters and action plugins use on the controller. Each worker then
+has all of them from the fork instead of importing them from source again (docs/roles-and-modules.md, "Filters")."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# What the filters and the action plugins import when called, in the workers of nearly every task of a run.
+CONTROLLER_MODULE_UTILS = (
+    "report.site_validate", "report.layer_plan", "report.doctor", "report.cluster_report_writer", "build.fanout",
+    "build.nvshmem", "build.nccl", "build.build_commands", "build.build_state", "build.fingerprint",
+    "build.build_progress", "deepep.compat", "deepep.envscript", "system.prerequisites", "node.nvidia_params",
+)
+PENDING_GROUP = "deepep_reboot_pending"
+
+
+def deepep_play_hosts(groups):
+    """groups -> the host pattern of a play: every host but those left waiting for a reboot (deepep_reboot: never
+    puts them in the group deepep_reboot_pending)."""
+    if not isinstance(groups, Mapping):
+        raise AnsibleFilterError("_deepep_play_hosts: expected the groups of the inventory, got %r" % (groups,))
+    for name in CONTROLLER_MODULE_UTILS:
+        importlib.import_module("ansible_collections.moe_infra.deepep.plugins.module_utils." + name)
+    return "all:!%s" % PENDING_GROUP if PENDING_GROUP in groups else "all"
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"_deepep_play_hosts": deepep_play_hosts}
