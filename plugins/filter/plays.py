@@ -5,8 +5,9 @@
 
 ansible-core templates a play's `hosts` in its main process, before it forks the worker processes that run the
 play's tasks, and finds a collection filter by importing every filter file of the collection: the filter here also
-imports the module_utils that this collection's filters and action plugins use on the controller. Each worker then
-has all of them from the fork instead of importing them from source again (docs/roles-and-modules.md, "Filters")."""
+imports the module_utils that this collection's filters and action plugins use on the controller, and reads the
+roles' argument specs. Each worker then has all of them from the fork instead of importing and reading them again
+(docs/roles-and-modules.md, "Filters")."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def deepep_play_hosts(groups):
         raise AnsibleFilterError("_deepep_play_hosts: expected the groups of the inventory, got %r" % (groups,))
     for name in CONTROLLER_MODULE_UTILS:
         importlib.import_module("ansible_collections.moe_infra.deepep.plugins.module_utils." + name)
+    # And the roles' argument specs validate.yml checks each host's variables against, read once.
+    importlib.import_module("ansible_collections.moe_infra.deepep.plugins.plugin_utils.role_specs").role_options()
     return "all:!%s" % PENDING_GROUP if PENDING_GROUP in groups else "all"
 
 

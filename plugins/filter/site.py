@@ -11,30 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import yaml
 from ansible.errors import AnsibleFilterError
-
-try:  # libyaml's parser when PyYAML has it: the specs are read per host
-    from yaml import CSafeLoader as SafeLoader
-except ImportError:  # pragma: no cover
-    from yaml import SafeLoader
-
-
-ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
-
-
-def role_options():
-    """{name: option} from every role's meta/argument_specs.yml (every entry point; main last, so that a role's
-    main entry point says what its variables accept), as installed beside this plugin."""
-    options = {}
-    for role in sorted(os.listdir(ROLES)):
-        path = os.path.join(ROLES, role, "meta", "argument_specs.yml")
-        if os.path.isfile(path):
-            with open(path) as handle:
-                entry_points = (yaml.load(handle, Loader=SafeLoader) or {}).get("argument_specs") or {}
-            for name in sorted(entry_points, key=lambda entry_point: entry_point == "main"):
-                options.update((entry_points[name] or {}).get("options") or {})
-    return options
 
 
 def plain_data(value):
@@ -54,6 +31,7 @@ def deepep_site_problems(site_vars, run_tags=None, skip_tags=None):
     """{name: value} of the variables set for a host -> [{var, value, accepted, msg}]; with ansible_run_tags and
     ansible_skip_tags, also tags that name no layer."""
     from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
+    from ansible_collections.moe_infra.deepep.plugins.plugin_utils.role_specs import role_options
 
     if not isinstance(site_vars, Mapping):
         raise AnsibleFilterError("_deepep_site_problems: expected a dict of variables, got %r" % (site_vars,))

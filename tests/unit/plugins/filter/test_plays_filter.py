@@ -37,10 +37,13 @@ def test_it_imports_what_the_filters_and_action_plugins_import_when_called():
     another), except the image bake's and internode.yml's, which no provisioning run calls."""
     # In a fresh interpreter: what the call imports, not what earlier tests did.
     script = ("import sys; from ansible_collections.moe_infra.deepep.plugins.filter import plays; "
-              "plays.deepep_play_hosts({}); print(' '.join(sorted(n for n in sys.modules if n.startswith(%r))))" % PREFIX)
+              "from ansible_collections.moe_infra.deepep.plugins.plugin_utils import role_specs; "
+              "plays.deepep_play_hosts({}); print(len(role_specs._READ)); "
+              "print(' '.join(sorted(n for n in sys.modules if n.startswith(%r))))" % PREFIX)
     out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
-                         capture_output=True, text=True, check=True).stdout
-    loaded = set(name[len(PREFIX):] for name in out.split())
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "1"  # the roles' argument specs, read
+    loaded = set(name[len(PREFIX):] for name in out[1].split())
     imported = set()
     for folder in ("filter", "action"):
         directory = os.path.join(COLLECTION, "plugins", folder)
