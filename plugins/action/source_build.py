@@ -255,6 +255,9 @@ class ActionModule(ActionBase):
             module["cached"] = os.path.isfile(os.path.join(cache, name)) and os.path.isfile(
                 os.path.join(cache, name + ".sha256"))
         result = merge_hash(result, module)
+        # The options as given, once: the fan-out's later tasks take them from the plan instead of rendering the
+        # component's options again.
+        result["build_options"] = build
         if not self._task.async_val and known is None:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result

@@ -108,6 +108,18 @@ def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False
     return result
 
 
+def deepep_inputs(node, settings, cuda_probed=None, nccl_planned=None):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep import build_inputs
+
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError("_deepep_inputs expects a dict of the deepep role's settings, got %r" % (settings,))
+    try:
+        return build_inputs.work_out(node, settings, cuda_probed if isinstance(cuda_probed, dict) else None,
+                                     nccl_planned)
+    except build_inputs.InputsError as exc:
+        raise AnsibleFilterError("_deepep_inputs: %s" % exc)
+
+
 def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import torch_pin_problems
 
@@ -169,5 +181,6 @@ class FilterModule(object):
             "_nccl_source_plan": nccl_source_plan,
             "_nccl_planned_version": nccl_planned_version,
             "_deepep_torch_pin": deepep_torch_pin,
+            "_deepep_inputs": deepep_inputs,
             "_deepep_build_commands": deepep_build_commands,
         }

@@ -34,23 +34,38 @@ def deepep_doctor_report(findings, fleet=None):
     return {"findings": merged, "summary": summary(merged)}
 
 
-def deepep_preflight_checks(facts_by_host, host):
-    """{host: ansible_facts} of the play's hosts -> this host's preflight checks ({findings, summary}): the
-    deepep facts' checks (deepep_facts' preflight_checks) with the inventory's (KF30 hostnames, GPU counts) over
-    every host that has them."""
+def deepep_preflight_checks(facts_by_host, host=None):
+    """{host: ansible_facts} of the play's hosts -> this host's preflight checks ({findings, summary}), or with no
+    host every host's ({host: {findings, summary}}, the inventory's checks worked out once): the deepep facts'
+    checks (deepep_facts' preflight_checks) with the inventory's (KF30 hostnames, GPU counts) over every host that
+    has them."""
     from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import fleet_findings
 
-    if not isinstance(facts_by_host, dict) or host not in facts_by_host:
-        raise AnsibleFilterError("_deepep_preflight_checks: expected {host: ansible_facts} with %r in it" % (host,))
+    if not isinstance(facts_by_host, dict) or (host is not None and host not in facts_by_host):
+        raise AnsibleFilterError("_deepep_preflight_checks: expected {host: ansible_facts}%s" % (
+            "" if host is None else " with %r in it" % (host,)))
 
     def checks(facts):
         return ((facts or {}).get("deepep") or {}).get("checks")
-    if checks(facts_by_host[host]) is None:
-        # Read without the checks (ansible-core 2.18 templates a role variable that uses this filter even where the
-        # expression does not take that branch): nothing was checked, nothing found.
-        return deepep_doctor_report([])
     nodes = [dict(checks(facts)["node"], host=name) for name, facts in facts_by_host.items() if checks(facts)]
-    return deepep_doctor_report(checks(facts_by_host[host])["findings"], fleet_findings(nodes).get(host, []))
+    fleet = fleet_findings(nodes)
+
+    def report(name):
+        # A host read without the checks: nothing was checked, nothing found.
+        found = checks(facts_by_host[name])
+        return deepep_doctor_report(found["findings"] if found else [], fleet.get(name, []) if found else [])
+    return report(host) if host is not None else dict((name, report(name)) for name in facts_by_host)
+
+
+def deepep_doctor_reports(results_by_host, across_inventory=True):
+    """{host: deepep_doctor's result} -> {host: {findings, summary}}: each host's findings, with the checks across
+    the inventory (KF30 hostnames, GPU counts) over every host given when across_inventory."""
+    if not isinstance(results_by_host, dict) or not all(
+            isinstance(result, dict) and isinstance(result.get("findings"), list) for result in results_by_host.values()):
+        raise AnsibleFilterError("_deepep_doctor_reports: expected {host: deepep_doctor's result}")
+    fleet = deepep_doctor_fleet(results_by_host) if across_inventory and results_by_host else {}
+    return dict((host, deepep_doctor_report(result["findings"], fleet.get(host, [])))
+                for host, result in results_by_host.items())
 
 
 def deepep_doctor_table(findings, width=60):
@@ -65,6 +80,7 @@ class FilterModule(object):
         return {
             "_deepep_doctor_fleet": deepep_doctor_fleet,
             "_deepep_doctor_report": deepep_doctor_report,
+            "_deepep_doctor_reports": deepep_doctor_reports,
             "_deepep_doctor_table": deepep_doctor_table,
             "_deepep_preflight_checks": deepep_preflight_checks,
         }

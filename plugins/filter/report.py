@@ -9,6 +9,7 @@ filter file of it, from source, in every task's worker process (docs/roles-and-m
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
@@ -47,12 +48,12 @@ def deepep_test_runs(registered):
 
 
 def deepep_summary_lines(summary):
-    """A host's site summary (deepep_site_summary) -> lines for the end of the run: one per layer, then the
+    """A host's site summary (one of _deepep_site_summaries') -> lines for the end of the run: one per layer, then the
     doctor's problems with their fixes."""
     from ansible_collections.moe_infra.deepep.plugins.module_utils.report.cluster_report import LAYERS, layer_cells
 
     if not isinstance(summary, dict):
-        raise AnsibleFilterError("_deepep_summary_lines: expected deepep_site_summary (dict)")
+        raise AnsibleFilterError("_deepep_summary_lines: expected a site summary (dict)")
     cells = layer_cells(summary)
     lines = []
     for layer, title in LAYERS:
@@ -70,6 +71,53 @@ def deepep_summary_lines(summary):
     return lines
 
 
+def _site_summary(host, host_vars):
+    """One host's record at the end of site.yml, from the variables its layers set (defaults where a layer did not
+    run here)."""
+    def var(name, default=None):
+        value = host_vars.get(name, default)
+        return default if value is None and default is not None else value
+
+    doctor = var("doctor_report") or {}
+    nccl = var("nccl_provided") or {}
+    return {
+        "host": host,
+        "reboot_pending": var("deepep_reboot_pending", False),
+        "reboot_reasons": [layer for layer, reason in (var("deepep_reboot_reasons") or {}).items() if reason],
+        "rebooted": var("deepep_rebooted", False),
+        "cuda": var("cuda_release"),
+        "peermapping": var("nvidia_peermapping_state"),
+        "gdrcopy": var("gdrcopy_root"),
+        "nvshmem": var("nvshmem_ibgda_version"),
+        "nvshmem_root": var("nvshmem_ibgda_root"),
+        # The deepep role's record: version, fingerprint, what the build did, the tests' parsed results.
+        "deepep": var("deepep_result"),
+        # The doctor's verdict: counts, and the problems with their fixes.
+        "doctor": doctor.get("summary"),
+        "problems": [finding for finding in doctor.get("findings") or [] if finding.get("status") == "problem"],
+        # Per layer, what this run did (the cluster report's matrix).
+        "layers": {
+            "doca_ofed": {"installed": var("doca_ofed_installed")},
+            "cuda": {"home": var("cuda_home")},
+            "nvidia_peermapping": {"required": var("nvidia_peermapping_required")},
+            "gdrcopy": deepep_build_outcome(var("gdrcopy_build")),
+            "nvshmem_ibgda": {"method": var("nvshmem_ibgda_method", "wheel"),
+                              "build": deepep_build_outcome(var("nvshmem_ibgda_build"))},
+            # V2's NCCL (the nccl layer); none for V1.
+            "nccl": {"method": nccl.get("method"), "version": nccl.get("version"),
+                     "changed": nccl.get("updated", False), "build": deepep_build_outcome(var("nccl_build"))},
+        },
+    }
+
+
+def deepep_site_summaries(hostvars, hosts):
+    """hostvars, the play's hosts -> {host: its site summary}, in play order: what each host has at the end of
+    site.yml, read once for the play (the cluster report's records, and the lines printed)."""
+    if not isinstance(hostvars, Mapping) or isinstance(hosts, (str, Mapping)) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("_deepep_site_summaries: expected hostvars and the play's hosts (a list)")
+    return dict((host, _site_summary(host, hostvars[host])) for host in hosts)
+
+
 def deepep_controller_path(path):
     """A controller path, relative ones taken from the directory ansible-playbook was started in (a module run
     on localhost, or a lookup, works in the playbook's directory instead)."""
@@ -81,4 +129,5 @@ def deepep_controller_path(path):
 class FilterModule(object):
     def filters(self):
         return {"_deepep_build_outcome": deepep_build_outcome, "_deepep_test_runs": deepep_test_runs,
-                "_deepep_summary_lines": deepep_summary_lines, "_deepep_controller_path": deepep_controller_path}
+                "_deepep_summary_lines": deepep_summary_lines, "_deepep_controller_path": deepep_controller_path,
+                "_deepep_site_summaries": deepep_site_summaries}

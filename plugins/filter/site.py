@@ -60,6 +60,16 @@ def deepep_fanout_roles(plans, offline=False):
         raise AnsibleFilterError(str(exc))
 
 
+def deepep_fanout_report(roles, plans, label):
+    """_deepep_fanout_roles' {host: role}, {host: source_build's plan} -> one line per fingerprint."""
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fanout import fanout_lines
+
+    if not isinstance(roles, Mapping) or not isinstance(plans, Mapping):
+        raise AnsibleFilterError("_deepep_fanout_report: expected {host: role} and {host: source_build's plan}")
+    fingerprints = dict((host, plan.get("fingerprint")) for host, plan in plans.items() if isinstance(plan, Mapping))
+    return fanout_lines(dict(roles), fingerprints, str(label))
+
+
 def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dirs=None, source=None):
     """rdma_hca_info's result -> [{var, value, accepted, msg}]: nvshmem_ibgda_method=source without IBGDA-capable
     rdma-core that this run will install. source: {src, ref, version} of the NVSHMEM source (read on the
@@ -106,6 +116,7 @@ def deepep_run_layers(run_tags, skip_tags=None):
 class FilterModule(object):
     def filters(self):
         return {"_deepep_site_problems": deepep_site_problems, "_deepep_fanout_roles": deepep_fanout_roles,
+                "_deepep_fanout_report": deepep_fanout_report,
                 "_deepep_source_nvshmem_problems": deepep_source_nvshmem_problems,
                 "_deepep_interpreter_problems": deepep_interpreter_problems, "_deepep_run_layers": deepep_run_layers,
                 "_deepep_proxy_env": deepep_proxy_env}

@@ -41,7 +41,8 @@ options:
     required: true
     choices: [site, doctor, internode]
   hosts:
-    description: "The run's records: {host: record}. C(site): the C(deepep_site_summary) of C(site.yml);
+    description: "The run's records: {host: record}. C(site): each host's site summary at the end of C(site.yml)
+      (M(moe_infra.deepep._deepep_site_summaries#filter));
       C(doctor): the doctor's report (C(summary), C(findings)); C(internode): C(deepep_internode_result)."
     type: dict
     required: true
@@ -83,7 +84,7 @@ EXAMPLES = r"""
   moe_infra.deepep.deepep_cluster_report:
     dest: "{{ deepep_cluster_report_dir }}"
     source: site
-    hosts: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'deepep_site_summary'))) }}"
+    hosts: "{{ hostvars | moe_infra.deepep._deepep_site_summaries(ansible_play_hosts) }}"
     targeted: "{{ ansible_play_hosts_all }}"
     playbook: site.yml
   run_once: true

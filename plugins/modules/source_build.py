@@ -288,6 +288,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+build_options:
+  description:
+    - The O(build) options as the task gave them (before the task's own options are merged in); empty when none
+      were given. The build_fanout role's later tasks take them from the plan.
+  returned: always
+  type: dict
+  sample: {name: deepep, prefix: /opt/deepep/deepep, build_user: deepep-build}
 action:
   description:
     - What the run did, or in check mode would do. V(build), V(artifact) (install O(artifact_in)), V(switch) (point

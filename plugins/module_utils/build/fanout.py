@@ -45,3 +45,18 @@ def fanout_roles(plans, offline=False):
         raise ValueError("offline: the cache lacks the build %s need(s); build it once on a connected node with the "
                          "same inputs (same deepep_cache_dir), or carry that artifact in" % ", ".join(missing))
     return roles
+
+
+ROLE_ORDER = ("build", "export", "wait", "cache", "none")
+NO_FINGERPRINT = "(fingerprint known once the source is on the node)"
+
+
+def fanout_lines(roles, fingerprints, label):
+    """{host: role} (fanout_roles'), {host: fingerprint} -> one line per fingerprint, in play order: which host
+    builds or exports it, which install it after (wait) or from the cache, and where it is up to date (none)."""
+    groups = {}
+    for host, role in roles.items():
+        groups.setdefault(fingerprints.get(host) or NO_FINGERPRINT, {}).setdefault(role, []).append(host)
+    return ["%s %s: %s" % (label, fingerprint, "; ".join(
+        "%s %s" % (role, ", ".join(by_role[role])) for role in ROLE_ORDER if role in by_role))
+        for fingerprint, by_role in groups.items()]

@@ -49,3 +49,25 @@ def test_the_fleet_from_the_registered_results_by_host():
     assert [f["status"] for f in fleet["a"] if f["id"] == "KF30"] == ["problem"]
     with pytest.raises(AnsibleFilterError, match="expected a list"):
         deepep_doctor_fleet({"a": {"findings": []}})
+
+
+def test_every_hosts_checks_at_once_match_each_hosts_own():
+    hosts = {"a": facts("gpu-1"), "b": facts("gpu-1"), "c": facts("gpu-3", gpus=4), "d": {}}
+    every = deepep_preflight_checks(hosts)
+    assert list(every) == ["a", "b", "c", "d"]
+    assert every == dict((host, deepep_preflight_checks(hosts, host)) for host in hosts)
+    assert every["c"]["summary"]["problem"] == 1  # 4 GPUs where the others have 8
+
+
+def test_doctor_reports_merge_the_inventorys_checks_into_each_hosts():
+    from ansible_collections.moe_infra.deepep.plugins.filter.doctor import deepep_doctor_reports
+    own = {"id": "KF12", "status": "ok", "evidence": "libcuda.so found", "fix": ""}
+    results = {"a": {"node": {"hostname": "gpu-1", "gpu_count": 8, "hca_count": 8}, "findings": [own]},
+               "b": {"node": {"hostname": "gpu-1", "gpu_count": 8, "hca_count": 8}, "findings": [own]}}
+    reports = deepep_doctor_reports(results)
+    assert [f["id"] for f in reports["a"]["findings"]] == ["KF12", "KF30", "GPUCOUNT"]
+    assert reports["a"]["summary"]["problem"] == 1 and reports["b"]["summary"]["problem"] == 1
+    alone = deepep_doctor_reports(results, False)
+    assert alone["a"]["findings"] == [own] and alone["a"]["summary"]["problem"] == 0
+    with pytest.raises(AnsibleFilterError, match="expected"):
+        deepep_doctor_reports({"a": {"node": {}}})

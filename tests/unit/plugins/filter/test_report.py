@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.moe_infra.deepep.plugins.filter.report import (
     deepep_controller_path,
     deepep_build_outcome,
+    deepep_site_summaries,
     deepep_summary_lines,
     deepep_test_runs,
 )
@@ -53,6 +54,47 @@ def test_the_nccl_row_says_what_the_layer_did():
         "NCCL         changed  2.30.7  (82de40052969ed16; no previous build; put where torch loads NCCL)")
     summary["layers"]["nccl"] = {"method": "wheel", "version": "2.30.7", "changed": False, "build": None}
     assert deepep_summary_lines(summary)[5] == "NCCL         ok       2.30.7  (wheel)"
+
+
+def test_site_summaries_read_what_the_layers_set_on_each_host():
+    finding = {"id": "KF12", "status": "problem", "title": "cannot find -lcuda", "evidence": "no libcuda.so",
+               "fix": "link libcuda.so.1"}
+    hostvars = {
+        # A node every layer ran on (what the roles set with set_fact or register).
+        "n1": {"deepep_reboot_pending": False, "deepep_reboot_reasons": {"doca_ofed": "", "nvidia_peermapping": "regkey"},
+               "cuda_release": "13.0", "cuda_home": "/usr/local/cuda", "nvidia_peermapping_state": "live",
+               "nvidia_peermapping_required": True, "doca_ofed_installed": True, "gdrcopy_root": "/opt/deepep/gdrcopy",
+               "gdrcopy_build": {"action": "none", "changed": False, "fingerprint": "dcf8", "reason": "up to date",
+                                 "build_seconds": None, "install_dir": "/opt/deepep/gdrcopy/builds/dcf8"},
+               "nvshmem_ibgda_version": "3.4.5", "nvshmem_ibgda_root": "/venv/nvidia/nvshmem",
+               "nvshmem_ibgda_build": {"skipped": True}, "deepep_result": {"version": "v1", "fingerprint": "b150"},
+               "doctor_report": {"summary": {"ok": 30, "problem": 1}, "findings": [
+                   finding, {"id": "KF01", "status": "ok"}]}},
+        # A node that stopped before the layers (nothing set but the doctor's verdict).
+        "n2": {"doctor_report": {"summary": {"ok": 31, "problem": 0}, "findings": []}},
+    }
+    summaries = deepep_site_summaries(hostvars, ["n1", "n2"])
+    assert list(summaries) == ["n1", "n2"]
+    n1 = summaries["n1"]
+    assert (n1["host"], n1["reboot_pending"], n1["reboot_reasons"], n1["rebooted"]) == ("n1", False,
+                                                                                        ["nvidia_peermapping"], False)
+    assert (n1["cuda"], n1["peermapping"], n1["gdrcopy"], n1["nvshmem"], n1["nvshmem_root"]) == (
+        "13.0", "live", "/opt/deepep/gdrcopy", "3.4.5", "/venv/nvidia/nvshmem")
+    assert n1["deepep"] == {"version": "v1", "fingerprint": "b150"}
+    assert n1["doctor"] == {"ok": 30, "problem": 1} and n1["problems"] == [finding]
+    assert n1["layers"] == {
+        "doca_ofed": {"installed": True}, "cuda": {"home": "/usr/local/cuda"},
+        "nvidia_peermapping": {"required": True},
+        "gdrcopy": {"action": "none", "changed": False, "fingerprint": "dcf8", "reason": "up to date",
+                    "build_seconds": None},
+        "nvshmem_ibgda": {"method": "wheel", "build": None},
+        "nccl": {"method": None, "version": None, "changed": False, "build": None}}
+    n2 = summaries["n2"]
+    assert (n2["reboot_pending"], n2["reboot_reasons"], n2["deepep"], n2["problems"]) == (False, [], None, [])
+    # The printed lines are made from the same record.
+    assert deepep_summary_lines(n1)[-1].startswith("problem KF12 cannot find -lcuda: no libcuda.so")
+    with pytest.raises(AnsibleFilterError, match="^_deepep_site_summaries: expected"):
+        deepep_site_summaries(hostvars, "n1")
 
 
 def test_controller_path_is_taken_from_where_the_run_started(tmp_path, monkeypatch):

@@ -15,12 +15,13 @@ NO_NICS = {"hcas": [], "mlx5_api_header": None, "dmabuf_data_direct": False, "me
 
 
 def test_every_site_filter_is_registered():
-    assert sorted(FILTERS) == ["_deepep_fanout_roles", "_deepep_interpreter_problems", "_deepep_proxy_env",
+    assert sorted(FILTERS) == ["_deepep_fanout_report", "_deepep_fanout_roles", "_deepep_interpreter_problems", "_deepep_proxy_env",
                                "_deepep_run_layers", "_deepep_site_problems", "_deepep_source_nvshmem_problems"]
 
 
 # The arguments after the input, for the filters that take some.
-EXTRA_ARGS = {"_deepep_source_nvshmem_problems": ("source",), "_deepep_interpreter_problems": ("v2", "/usr/bin/python3")}
+EXTRA_ARGS = {"_deepep_source_nvshmem_problems": ("source",), "_deepep_interpreter_problems": ("v2", "/usr/bin/python3"),
+              "_deepep_fanout_report": ({}, "DeepEP")}
 
 
 @pytest.mark.parametrize("name, value", [
@@ -28,6 +29,7 @@ EXTRA_ARGS = {"_deepep_source_nvshmem_problems": ("source",), "_deepep_interpret
     ("_deepep_source_nvshmem_problems", "rocep4s0"),
     ("_deepep_fanout_roles", {"host": "n1"}),
     ("_deepep_interpreter_problems", "/usr/bin/python3"),
+    ("_deepep_fanout_report", ["n1"]),
 ])
 def test_wrong_shapes_are_refused_naming_the_filter(name, value):
     with pytest.raises(AnsibleFilterError, match="^%s: expected" % name):
@@ -45,6 +47,14 @@ def test_fanout_roles_offline_miss_is_a_filter_error():
     assert FILTERS["_deepep_fanout_roles"](plans) == {"n1": "build"}
     with pytest.raises(AnsibleFilterError, match="offline: the cache lacks the build n1"):
         FILTERS["_deepep_fanout_roles"](plans, True)
+
+
+def test_fanout_report_takes_each_hosts_fingerprint_from_its_plan():
+    roles = {"n1": "build", "n2": "wait", "n3": "none"}
+    plans = {"n1": {"fingerprint": "f1", "action": "build"}, "n2": {"fingerprint": "f1", "action": "build"},
+             "n3": {"fingerprint": "f0", "action": "none"}}
+    assert FILTERS["_deepep_fanout_report"](roles, plans, "DeepEP") == ["DeepEP f1: build n1; wait n2",
+                                                                       "DeepEP f0: none n3"]
 
 
 ALL_LAYERS = ["doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy", "nvshmem_ibgda", "nccl",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fanout import fanout_roles
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fanout import NO_FINGERPRINT, fanout_lines, fanout_roles
 
 
 def plan(host, fp, needs=True, cached=False):
@@ -35,3 +35,11 @@ def test_one_node_exports_a_build_the_cache_lacks():
     # A node of this run builds it: nobody else exports that fingerprint.
     assert fanout_roles([plan("a", "f1", needs=False), plan("b", "f1")]) == {"a": "none", "b": "build"}
     assert fanout_roles([plan("a", "f1", needs=False, cached=True)]) == {"a": "none"}
+
+
+def test_the_report_says_per_fingerprint_who_builds_and_who_installs():
+    plans = [plan("a", "f1"), plan("b", "f1"), plan("c", "f2", cached=True), plan("d", "f1"), plan("e", None)]
+    roles = fanout_roles(plans)
+    fingerprints = dict((p["host"], p["fingerprint"]) for p in plans)
+    assert fanout_lines(roles, fingerprints, "DeepEP") == [
+        "DeepEP f1: build a; wait b, d", "DeepEP f2: cache c", "DeepEP %s: build e" % NO_FINGERPRINT]
