@@ -42,7 +42,7 @@ options:
     choices: [site, doctor, internode]
   hosts:
     description: "The run's records: {host: record}. C(site): each host's site summary at the end of C(site.yml)
-      (M(moe_infra.deepep._deepep_site_summaries#filter));
+      (P(moe_infra.deepep._deepep_site_summaries#filter));
       C(doctor): the doctor's report (C(summary), C(findings)); C(internode): C(deepep_internode_result)."
     type: dict
     required: true

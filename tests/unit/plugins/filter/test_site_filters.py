@@ -53,8 +53,8 @@ def test_fanout_report_takes_each_hosts_fingerprint_from_its_plan():
     roles = {"n1": "build", "n2": "wait", "n3": "none"}
     plans = {"n1": {"fingerprint": "f1", "action": "build"}, "n2": {"fingerprint": "f1", "action": "build"},
              "n3": {"fingerprint": "f0", "action": "none"}}
-    assert FILTERS["_deepep_fanout_report"](roles, plans, "DeepEP") == ["DeepEP f1: build n1; wait n2",
-                                                                       "DeepEP f0: none n3"]
+    assert FILTERS["_deepep_fanout_report"](roles, plans, "DeepEP") == [
+        "DeepEP f1: build n1; wait n2", "DeepEP f0: none n3"]
 
 
 ALL_LAYERS = ["doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy", "nvshmem_ibgda", "nccl",

@@ -33,9 +33,9 @@ NODE = {
 }
 
 
-def inputs(node=NODE, **changes):
+def inputs(node=None, **changes):
     settings = dict(SETTINGS_OF_THE_ROLE, **changes)
-    return work_out(copy.deepcopy(node), settings)
+    return work_out(copy.deepcopy(NODE if node is None else node), settings)
 
 
 def test_the_role_defaults_on_the_gpu_machine_build_against_the_source_nvshmem():
@@ -79,7 +79,7 @@ def test_a_planned_source_nvshmem_counts_by_its_version():
 
 
 def test_without_a_reading_the_preflight_role_is_named():
-    answer = inputs(None)
+    answer = work_out(None, dict(SETTINGS_OF_THE_ROLE))
     assert answer["problems"] == [NO_READING]
     assert answer["build"] is None and answer["gate"] is None
 
