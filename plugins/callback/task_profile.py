@@ -33,9 +33,10 @@ options:
         key: count
   json:
     description:
-      - Also write every task (its play, its name, its seconds, in the order they started), the run's wall time and
-        the controller's CPU seconds (C(controller_main_cpu_s), C(controller_workers_cpu_s)) to this file as JSON,
-        for benchmarks that add up a play's time.
+      - Also write every task (its play, its name, its seconds and the controller's CPU seconds from its start to
+        the next task's, C(main_cpu_s) and C(workers_cpu_s), in the order they started), the run's wall time and the
+        controller's CPU seconds (C(controller_main_cpu_s), C(controller_workers_cpu_s)) to this file as JSON, for
+        benchmarks that add up a play's time.
     type: path
     env:
       - name: MOE_INFRA_TASK_PROFILE_JSON
@@ -45,6 +46,7 @@ options:
 """
 
 import json
+import multiprocessing
 import resource
 import time
 
@@ -67,13 +69,16 @@ class CallbackModule(CallbackBase):
 
     @staticmethod
     def _cpu():
-        """(main process, its waited-for children: the workers and what they ran) CPU seconds so far."""
+        """(main process, its waited-for children: the workers and what they ran) CPU seconds so far. The workers
+        that have ended are waited for first (ansible-core waits for them only when it starts the next ones)."""
+        multiprocessing.active_children()
         main, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return main.ru_utime + main.ru_stime, children.ru_utime + children.ru_stime
 
     def _close_current(self):
         if self._current is not None:
             self._current[1] = time.time() - self._current[1]
+            self._current[3] = [now - then for now, then in zip(self._cpu(), self._current[3])]
             self._tasks.append(self._current)
             self._current = None
 
@@ -82,7 +87,7 @@ class CallbackModule(CallbackBase):
         role = task._role.get_name() if getattr(task, "_role", None) else ""
         name = task.get_name().strip()
         self._current = ["%s : %s" % (role, name) if role and not name.startswith(role) else name, time.time(),
-                         self._play]
+                         self._play, self._cpu()]
 
     def v2_playbook_on_play_start(self, play):
         self._close_current()
@@ -101,7 +106,7 @@ class CallbackModule(CallbackBase):
         self._display.banner("TASK PROFILE")
         self._display.display("%d tasks started, %.1f s in all; the %d slowest:"
                               % (len(self._tasks), wall, min(count, len(self._tasks))))
-        for name, seconds, dummy in sorted(self._tasks, key=lambda entry: -entry[1])[:count]:
+        for name, seconds, dummy, dummy_cpu in sorted(self._tasks, key=lambda entry: -entry[1])[:count]:
             self._display.display("%8.2f s  %s" % (seconds, name))
         main, workers = [now - then for now, then in zip(self._cpu(), self._cpu_at_start)]
         self._display.display("controller CPU: %.1f s in the main process, %.1f s in the workers and their connections"
@@ -110,5 +115,6 @@ class CallbackModule(CallbackBase):
             with open(self.get_option("json"), "w") as handle:
                 json.dump({"wall": round(wall, 2), "controller_main_cpu_s": round(main, 2),
                            "controller_workers_cpu_s": round(workers, 2),
-                           "tasks": [{"play": play, "task": name, "seconds": round(seconds, 3)}
-                                     for name, seconds, play in self._tasks]}, handle, indent=1)
+                           "tasks": [{"play": play, "task": name, "seconds": round(seconds, 3),
+                                      "main_cpu_s": round(cpu[0], 3), "workers_cpu_s": round(cpu[1], 3)}
+                                     for name, seconds, play, cpu in self._tasks]}, handle, indent=1)

@@ -378,8 +378,7 @@ def test_build_once_install_everywhere(node, tmp_path):
               "--tags", "deepep", "--forks", "1"]
 
     def roles(out):
-        return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?DeepEP (?:[0-9a-f]+|\(fingerprint known once the "
-                               r"source is on the node\)): (\w+)", out))
+        return fanout_roles(out, "DeepEP")
 
     # --check first: the same plan, and nothing written on the nodes or in the cache.
     rc, out = run_inventory(node, fanout + ["--check"])
@@ -437,7 +436,14 @@ def test_build_once_install_everywhere(node, tmp_path):
 
 
 def fanout_roles(out, label):
-    return dict(re.findall(r"ok: \[(n\d)\] =>\s*\n\s+msg: '?%s [0-9a-f]+: (\w+)" % label, out))
+    """{host: role} from the fan-out's report, one line per fingerprint (e.g. 'GDRCopy 3f2a...: build n1; wait n2')."""
+    roles = {}
+    for groups in re.findall(r"%s (?:[0-9a-f]+|\(fingerprint known once the source is on the node\)): "
+                             r"([a-z]+ [\w.-]+(?:, [\w.-]+)*(?:; [a-z]+ [\w.-]+(?:, [\w.-]+)*)*)" % label, out):
+        for group in groups.split("; "):
+            role, hosts = group.split(" ", 1)
+            roles.update((host, role) for host in hosts.split(", "))
+    return roles
 
 
 def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):

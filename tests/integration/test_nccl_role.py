@@ -197,7 +197,7 @@ def test_one_node_builds_the_others_install_from_the_controller_cache_even_offli
         result = subprocess.run([PLAYBOOK_BIN, "-i", str(inventory), "--forks", "1", "pb.yml"], cwd=str(tmp_path),
                                 env=env, capture_output=True, text=True, timeout=300, check=False)
         out = result.stdout + result.stderr
-        return result.returncode, out, dict(re.findall(r'ok: \[(n\d)\] => \{\s*"msg": "NCCL [0-9a-f]+: (\w+)"', out))
+        return result.returncode, out, fanout_roles(out, "NCCL")
 
     rc, out, roles = nodes("n1", "n2")
     assert rc == 0, out
@@ -240,3 +240,14 @@ def test_one_node_builds_the_others_install_from_the_controller_cache_even_offli
     rc, out, roles = nodes("n4", nccl_offline=True)  # stops before it reports a role
     assert rc != 0 and roles == {} and "offline: the cache lacks the build n4 (fingerprint" in out, out
     assert not (tmp_path / "n4" / "nccl" / "current").exists()
+
+
+def fanout_roles(out, label):
+    """{host: role} from the fan-out's report, one line per fingerprint (e.g. 'NCCL 3f2a...: build n1; wait n2')."""
+    roles = {}
+    for groups in re.findall(r"%s (?:[0-9a-f]+|\(fingerprint known once the source is on the node\)): "
+                             r"([a-z]+ [\w.-]+(?:, [\w.-]+)*(?:; [a-z]+ [\w.-]+(?:, [\w.-]+)*)*)" % label, out):
+        for group in groups.split("; "):
+            role, hosts = group.split(" ", 1)
+            roles.update((host, role) for host in hosts.split(", "))
+    return roles

@@ -128,8 +128,15 @@ def set_torch(version, nodes=NODES):
 
 
 def fanout_roles(out, label="DeepEP"):
-    # The default callback's JSON ({"msg": ...}) or YAML (msg: ...) result format.
-    return dict(re.findall(r"ok: \[(node\d)\] => \{?\s*\n\s+\"?msg\"?: ['\"]?%s [0-9a-f]+: (\w+)" % label, out))
+    """{host: role} from the fan-out's report, one line per fingerprint (e.g. 'DeepEP 3f2a...: build node1; wait
+    node2, node3'), under the default callback's JSON or YAML result format."""
+    roles = {}
+    for groups in re.findall(r"%s (?:[0-9a-f]+|\(fingerprint known once the source is on the node\)): "
+                             r"([a-z]+ [\w.-]+(?:, [\w.-]+)*(?:; [a-z]+ [\w.-]+(?:, [\w.-]+)*)*)" % label, out):
+        for group in groups.split("; "):
+            role, hosts = group.split(" ", 1)
+            roles.update((host, role) for host in hosts.split(", "))
+    return roles
 
 
 def summary(name, report_dir="site"):

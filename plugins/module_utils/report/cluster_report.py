@@ -105,7 +105,8 @@ def layer_cells(site):
         cells["nvshmem_ibgda"] = _build_cell(nvshmem["build"], version)
     else:
         cells["nvshmem_ibgda"] = {"state": "ok" if version else "skipped", "text": version or "not run",
-                                  "detail": "%s %s" % (nvshmem.get("method") or "", site.get("nvshmem_root") or "")}
+                                  "detail": " ".join(part for part in (nvshmem.get("method"), site.get("nvshmem_root"))
+                                                     if part)}
 
     nccl = layers.get("nccl") or {}
     if not nccl.get("method"):
