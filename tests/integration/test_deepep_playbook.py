@@ -18,6 +18,7 @@ import pytest
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
+from ansible_collections.moe_infra.deepep.tests.fixtures.fanout_report import fanout_roles
 from ansible_collections.moe_infra.deepep.tests.fixtures.nvshmem_tree import make_nvshmem_tree
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
@@ -433,17 +434,6 @@ def test_build_once_install_everywhere(node, tmp_path):
     assert rc == 2, out
     assert "offline: the cache lacks the build n4 (fingerprint" in out
     assert not (tmp_path / "n4" / "opt" / "deepep" / "current").exists()
-
-
-def fanout_roles(out, label):
-    """{host: role} from the fan-out's report, one line per fingerprint (e.g. 'GDRCopy 3f2a...: build n1; wait n2')."""
-    roles = {}
-    for groups in re.findall(r"%s (?:[0-9a-f]+|\(fingerprint known once the source is on the node\)): "
-                             r"([a-z]+ [\w.-]+(?:, [\w.-]+)*(?:; [a-z]+ [\w.-]+(?:, [\w.-]+)*)*)" % label, out):
-        for group in groups.split("; "):
-            role, hosts = group.split(" ", 1)
-            roles.update((host, role) for host in hosts.split(", "))
-    return roles
 
 
 def test_build_once_install_everywhere_for_gdrcopy_and_nvshmem(node, tmp_path):

@@ -18,6 +18,7 @@ import zipfile
 
 import pytest
 
+from ansible_collections.moe_infra.deepep.tests.fixtures.fanout_report import fanout_roles
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import build_nccl_stub, make_python_site
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -240,14 +241,3 @@ def test_one_node_builds_the_others_install_from_the_controller_cache_even_offli
     rc, out, roles = nodes("n4", nccl_offline=True)  # stops before it reports a role
     assert rc != 0 and roles == {} and "offline: the cache lacks the build n4 (fingerprint" in out, out
     assert not (tmp_path / "n4" / "nccl" / "current").exists()
-
-
-def fanout_roles(out, label):
-    """{host: role} from the fan-out's report, one line per fingerprint (e.g. 'NCCL 3f2a...: build n1; wait n2')."""
-    roles = {}
-    for groups in re.findall(r"%s (?:[0-9a-f]+|\(fingerprint known once the source is on the node\)): "
-                             r"([a-z]+ [\w.-]+(?:, [\w.-]+)*(?:; [a-z]+ [\w.-]+(?:, [\w.-]+)*)*)" % label, out):
-        for group in groups.split("; "):
-            role, hosts = group.split(" ", 1)
-            roles.update((host, role) for host in hosts.split(", "))
-    return roles

@@ -129,7 +129,8 @@ def set_torch(version, nodes=NODES):
 
 def fanout_roles(out, label="DeepEP"):
     """{host: role} from the fan-out's report, one line per fingerprint (e.g. 'DeepEP 3f2a...: build node1; wait
-    node2, node3'), under the default callback's JSON or YAML result format."""
+    node2, node3'), under the default callback's JSON or YAML result format. The same parser as
+    tests/fixtures/fanout_report.py: the scenario's verifier runs outside the collection's test tree."""
     roles = {}
     for groups in re.findall(r"%s (?:[0-9a-f]+|\(fingerprint known once the source is on the node\)): "
                              r"([a-z]+ [\w.-]+(?:, [\w.-]+)*(?:; [a-z]+ [\w.-]+(?:, [\w.-]+)*)*)" % label, out):
