@@ -161,6 +161,12 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg="build: a dict of %s; not accepted: %s" % (
                 ", ".join(BUILD_KEYS), ", ".join(sorted(set(build) - set(BUILD_KEYS))) if isinstance(build, dict)
                 else type(build).__name__))
+        if build.get("controller_src"):
+            # A controller archive is the source: it goes to <prefix>/sources/ on the node unless the description
+            # names where, and a git source the description also names is not used.
+            build = dict((key, value) for key, value in build.items() if key not in ("git_url", "git_ref"))
+            if not build.get("src") and build.get("prefix"):
+                build["src"] = "%s/sources/%s" % (build["prefix"], os.path.basename(build["controller_src"]))
         for key, value in build.items():
             # An option given on the task wins; an empty string or none is left out, as `| default('') or omit`.
             if key not in args and value not in ("", None):

@@ -9,6 +9,8 @@ filter file of it, from source, in every task's worker process (docs/roles-and-m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -126,14 +128,28 @@ def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
     return torch_pin_problems(torch_version, index_url, pip_extra_args)
 
 
+# Where cmake and the build look after the directories a role puts first (a pip-installed cmake's bin).
+SYSTEM_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+
+
 def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0,
-                        patch_dir=""):
+                        patch_dir="", cuda=None, cuda_home="", build_path=None):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.build import nvshmem
 
+    if cuda is not None and not isinstance(cuda, Mapping):
+        raise AnsibleFilterError("_nvshmem_source_plan: cuda: expected the CUDA toolkit's reading (dict), got %r"
+                                 % (cuda,))
     try:
         plan = nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
     except nvshmem.PlanError as exc:
         raise AnsibleFilterError(str(exc))
+    cuda = cuda or {}
+    # The toolkit found wins over the role's setting; build_path (if any) goes before the system's PATH.
+    plan["environment"] = dict({"CUDA_HOME": cuda.get("cuda_home") or cuda_home},
+                               **({"PATH": ":".join(list(build_path) + SYSTEM_PATH)} if build_path else {}))
+    # What the fingerprint is taken over besides the source, the commands and the patches.
+    plan["inputs"] = {"version": plan["version"], "cuda": cuda.get("full_version") or cuda.get("release"),
+                      "gdrcopy_root": gdrcopy_root}
     plan["patches"] = [dict(patch, label="%s (%s: %s)" % (patch["name"], patch["id"], patch["why"]),
                             **({"path": "%s/%s" % (patch_dir.rstrip("/"), patch["name"])} if patch_dir else {}))
                        for patch in plan["patches"]]

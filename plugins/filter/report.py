@@ -47,6 +47,22 @@ def deepep_test_runs(registered):
     return runs
 
 
+def deepep_result(build, version, env_script, wheel=None, env=None, tests=None):
+    """What the deepep role records for a node (deepep_result): the build (its registered result, None when not
+    run), the wheel, the env script's IBGDA settings and the tests, from the role's registered results."""
+    for name, value in (("build", build), ("wheel", wheel), ("env", env), ("tests", tests)):
+        if value is not None and value != "" and not isinstance(value, Mapping):
+            raise AnsibleFilterError("_deepep_result: %s: expected a registered result (dict), got %r" % (name, value))
+    build, wheel, env = build or {}, wheel or {}, env or {}
+    return {"version": version, "fingerprint": build.get("fingerprint"), "build": build.get("reason", "not run"),
+            "build_seconds": build.get("build_seconds"), "env_script": env_script, "wheel": wheel.get("wheel"),
+            "wheel_site_dir": wheel.get("site_dir"), "ibgda_env": env.get("ibgda"),
+            "tests": [item["result"] for item in (tests or {}).get("results") or []
+                      if isinstance(item, Mapping) and "result" in item],
+            # The same tests with their names, thresholds and whether the pass is an earlier one (the cluster report).
+            "verification": deepep_test_runs(tests)}
+
+
 def deepep_summary_lines(summary):
     """A host's site summary (one of _deepep_site_summaries') -> lines for the end of the run: one per layer, then the
     doctor's problems with their fixes."""
@@ -129,5 +145,6 @@ def deepep_controller_path(path):
 class FilterModule(object):
     def filters(self):
         return {"_deepep_build_outcome": deepep_build_outcome, "_deepep_test_runs": deepep_test_runs,
+                "_deepep_result": deepep_result,
                 "_deepep_summary_lines": deepep_summary_lines, "_deepep_controller_path": deepep_controller_path,
                 "_deepep_site_summaries": deepep_site_summaries}

@@ -83,7 +83,9 @@ options:
         tasks; expanded by the action plugin. Keys C(name), C(src), C(git_url), C(git_ref), C(prefix),
         C(build_command), C(verify_command), C(environment), C(inputs), C(patches), C(controller_patches), C(keep),
         C(force), C(build_user), C(controller_src), C(read_files), C(cxx_runtime_check); an option set on the task
-        itself wins, and a key whose value is empty or null is left out. Any other key is refused.
+        itself wins, and a key whose value is empty or null is left out. Any other key is refused. With
+        C(controller_src), C(src) defaults to C(<prefix>/sources/<the archive's name>) and C(git_url) and
+        C(git_ref) are not used.
     type: dict
   controller_patches:
     description:

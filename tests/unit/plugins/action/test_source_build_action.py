@@ -46,6 +46,28 @@ def test_the_build_description_becomes_the_modules_options():
     assert "src" not in sent and "git_url" not in sent and "build" not in sent
 
 
+def test_a_controller_archive_goes_under_the_prefix_and_the_git_source_is_not_used(tmp_path):
+    archive = tmp_path / "nccl-2.30.4-1.tar.gz"
+    with tarfile.open(str(archive), "w:gz"):
+        pass
+    plugin, sent = action({"build": {"name": "nccl", "prefix": "/opt/deepep/nccl", "controller_src": str(archive),
+                                     "git_url": "https://github.com/NVIDIA/nccl.git", "git_ref": "v2.30.4-1"}})
+    plugin._find_needle = lambda folder, path: path
+    result = plugin.run(task_vars={})
+    assert not result.get("failed"), result
+    assert sent["src"] == "/opt/deepep/nccl/sources/nccl-2.30.4-1.tar.gz"
+    assert sent["src_digest"] == "sha256:" + file_digest(str(archive))
+    assert "git_url" not in sent and "git_ref" not in sent
+    # The copy task takes the node's path from the plan's options.
+    assert result["build_options"]["src"] == sent["src"] and "git_url" not in result["build_options"]
+    # A path the description names wins.
+    plugin, sent = action({"build": {"name": "deepep", "prefix": "/opt/deepep/deepep", "controller_src": str(archive),
+                                     "src": "/opt/deepep/sources/nccl-2.30.4-1.tar.gz"}})
+    plugin._find_needle = lambda folder, path: path
+    assert not plugin.run(task_vars={}).get("failed")
+    assert sent["src"] == "/opt/deepep/sources/nccl-2.30.4-1.tar.gz"
+
+
 @pytest.mark.parametrize("build, words", [
     ({"name": "x", "artifact_in": "/tmp/forged.tar.gz"}, "not accepted: artifact_in"),
     (["name"], "not accepted: list"),

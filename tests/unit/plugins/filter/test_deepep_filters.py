@@ -66,6 +66,21 @@ def test_nvshmem_source_plan_filter():
         F["_nvshmem_source_plan"]("v3.4.5-0", ["10"])
 
 
+def test_nvshmem_source_plan_gives_the_builds_environment_and_inputs():
+    cuda = {"cuda_home": "/usr/local/cuda-12.9", "full_version": "12.9.86", "release": "12.9"}
+    plan = F["_nvshmem_source_plan"]("nvshmem-v3.4.5-0.tar.gz", ["9.0"], gdrcopy_root="/opt/g", cuda=cuda,
+                                     cuda_home="/usr/local/cuda", build_path=["/opt/cmake/bin"])
+    assert plan["environment"] == {"CUDA_HOME": "/usr/local/cuda-12.9",
+                                   "PATH": "/opt/cmake/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert plan["inputs"] == {"version": "3.4.5", "cuda": "12.9.86", "gdrcopy_root": "/opt/g"}
+    # No toolkit found (check mode before the cuda role ran): the role's setting, and the release when that is all.
+    plan = F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], cuda={"cuda_home": None, "release": "12.9"},
+                                     cuda_home="/usr/local/cuda")
+    assert plan["environment"] == {"CUDA_HOME": "/usr/local/cuda"} and plan["inputs"]["cuda"] == "12.9"
+    with pytest.raises(AnsibleFilterError, match="cuda: expected the CUDA toolkit's reading"):
+        F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], cuda="12.9")
+
+
 def test_nvshmem_source_plan_names_the_patch_files_on_the_controller():
     """The role's files/patches: the build's module call reads them there (controller_patches); each says why."""
     patch_dir = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "nvshmem_ibgda", "files",

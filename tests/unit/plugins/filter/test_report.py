@@ -7,6 +7,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.moe_infra.deepep.plugins.filter.report import (
     deepep_controller_path,
+    deepep_result,
     deepep_build_outcome,
     deepep_site_summaries,
     deepep_summary_lines,
@@ -34,6 +35,26 @@ def test_test_runs_name_each_test_and_skip_what_did_not_run():
                                              "reused": True, "seconds": 0.0, "below_thresholds": [],
                                              "result": {"checks": 24}, "jit": None}]
     assert deepep_test_runs(None) == []
+
+
+def test_result_records_what_the_role_registered():
+    build = {"changed": False, "fingerprint": "cd" * 8, "reason": "up to date", "build_seconds": None}
+    tests = {"results": [
+        {"item": {"test": "jit_warmup", "thresholds": {}}, "passed": True, "reused": False, "seconds": 41.5,
+         "result": {"cases": 6}, "jit": {"kernels": 12}},
+        {"item": {"test": "elastic_ep", "thresholds": {}}, "skipped": True}]}
+    record = deepep_result(build, "v2", "/opt/deepep/env.sh", {"wheel": "/opt/deepep/w.whl", "site_dir": "/v/site"},
+                           {"ibgda": {"NVSHMEM_IB_ENABLE_IBGDA": "1"}}, tests)
+    assert record == {"version": "v2", "fingerprint": "cd" * 8, "build": "up to date", "build_seconds": None,
+                      "env_script": "/opt/deepep/env.sh", "wheel": "/opt/deepep/w.whl", "wheel_site_dir": "/v/site",
+                      "ibgda_env": {"NVSHMEM_IB_ENABLE_IBGDA": "1"}, "tests": [{"cases": 6}],
+                      "verification": deepep_test_runs(tests)}
+    # A run that built nothing (--tags deepep_env, or the build skipped): the record says so.
+    bare = deepep_result(None, "v1", "/opt/deepep/env.sh")
+    assert (bare["build"], bare["fingerprint"], bare["wheel"], bare["tests"], bare["verification"]) == (
+        "not run", None, None, [], [])
+    with pytest.raises(AnsibleFilterError, match="wheel: expected a registered result"):
+        deepep_result(build, "v2", "/opt/deepep/env.sh", wheel="/opt/deepep/w.whl")
 
 
 def test_summary_lines_one_per_layer_then_the_problems():
