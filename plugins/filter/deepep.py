@@ -122,6 +122,20 @@ def deepep_inputs(node, settings, cuda_probed=None, nccl_planned=None):
         raise AnsibleFilterError("_deepep_inputs: %s" % exc)
 
 
+def deepep_tests(version, warmup=True, warmup_args=None, elastic_ep_args=None, elastic_ep_thresholds=None,
+                 intranode_thresholds=None, low_latency_thresholds=None):
+    """The tests the deepep role runs for a version, in order: [{test, args, thresholds}]. V1: intranode and
+    low-latency. V2: the JIT warm-up (unless turned off), then tests/elastic's two."""
+    if version == "v1":
+        return [{"test": "intranode", "args": [], "thresholds": intranode_thresholds or {}},
+                {"test": "low_latency", "args": [], "thresholds": low_latency_thresholds or {}}]
+    if version != "v2":
+        raise AnsibleFilterError("_deepep_tests: expected the DeepEP version v1 or v2, got %r" % (version,))
+    tests = [{"test": "jit_warmup", "args": list(warmup_args or []), "thresholds": {}}] if warmup else []
+    return tests + [{"test": "elastic_ep", "args": list(elastic_ep_args or []), "thresholds": elastic_ep_thresholds or {}},
+                    {"test": "elastic_barrier", "args": [], "thresholds": {}}]
+
+
 def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import torch_pin_problems
 
@@ -198,5 +212,6 @@ class FilterModule(object):
             "_nccl_planned_version": nccl_planned_version,
             "_deepep_torch_pin": deepep_torch_pin,
             "_deepep_inputs": deepep_inputs,
+            "_deepep_tests": deepep_tests,
             "_deepep_build_commands": deepep_build_commands,
         }

@@ -95,3 +95,17 @@ def test_nvshmem_source_plan_names_the_patch_files_on_the_controller():
 def test_deepep_torch_pin_filter():
     assert F["_deepep_torch_pin"]("2.9.1+cu129", "https://download.pytorch.org/whl/cu129") == []
     assert len(F["_deepep_torch_pin"]("2.9.1+cu129", "")) == 1
+
+
+def test_deepep_tests_per_version():
+    v1 = F["_deepep_tests"]("v1", intranode_thresholds={"dispatch_fp8": 240})
+    assert [(t["test"], t["args"], t["thresholds"]) for t in v1] == [
+        ("intranode", [], {"dispatch_fp8": 240}), ("low_latency", [], {})]
+    v2 = F["_deepep_tests"]("v2", True, ["--skip-check"], ["--num-processes", "1"], {"dispatch": 10})
+    assert [(t["test"], t["args"], t["thresholds"]) for t in v2] == [
+        ("jit_warmup", ["--skip-check"], {}), ("elastic_ep", ["--num-processes", "1"], {"dispatch": 10}),
+        ("elastic_barrier", [], {})]
+    # Without the warm-up the elastic tests compile their own kernels.
+    assert [t["test"] for t in F["_deepep_tests"]("v2", False)] == ["elastic_ep", "elastic_barrier"]
+    with pytest.raises(AnsibleFilterError, match="expected the DeepEP version v1 or v2, got 'v3'"):
+        F["_deepep_tests"]("v3")
