@@ -68,6 +68,62 @@ def deepep_doctor_reports(results_by_host, across_inventory=True):
                 for host, result in results_by_host.items())
 
 
+def _problems_sentence(host, findings):
+    """'host: id | evidence | fix; ... . Nothing was changed.' for the findings that are problems."""
+    problems = [f for f in findings if f.get("status") == "problem"]
+    return "%s: %s. Nothing was changed." % (host, "; ".join(
+        "%s | %s | %s" % (f.get("id"), f.get("evidence"), f.get("fix")) for f in problems))
+
+
+def deepep_preflight_outcome(facts, host, checks=None, require_gpus=True, site_problems=None, sysfs_root="/sys"):
+    """What the preflight role says of a host: {lines, stop}. lines: one per layer (what was found and what each
+    layer would do), then with checks (this host's {findings, summary}) their summary and table. stop: why the host
+    stops here ('' when it goes on): no NVIDIA GPU (with require_gpus), else the checks' problems (id, evidence,
+    fix), else the caller's site_problems."""
+    node = _check_facts(facts)
+    lines = deepep_node_report_lines(node)
+    if checks is not None:
+        if not isinstance(checks, dict) or not isinstance(checks.get("findings"), list):
+            raise AnsibleFilterError("_deepep_preflight_outcome: checks: expected this host's {findings, summary}")
+        lines = lines + ["%s: preflight checks %s" % (host, checks["summary"])] + deepep_doctor_table(checks["findings"])
+    if require_gpus and int(node["gpu"].get("gpu_count") or 0) == 0:
+        stop = ("No NVIDIA GPU under %s/bus/pci/devices on %s: nothing was changed. Layers: %s. Run this on a GPU "
+                "node; to only report what each layer would do, run playbooks/facts.yml (make facts), which changes "
+                "nothing." % (sysfs_root, host, ", ".join(
+                    "%s=%s" % (layer.get("layer"), layer.get("status")) for layer in node.get("layers") or [])))
+    elif checks is not None and checks["summary"].get("problem", 0) > 0:
+        stop = _problems_sentence(host, checks["findings"])
+    elif site_problems:
+        stop = "%s: %s. Nothing was changed." % (host, "; ".join(site_problems))
+    else:
+        stop = ""
+    return {"lines": lines, "stop": stop}
+
+
+def deepep_doctor_outcome(report, host):
+    """What the doctor says of a host: {lines, stop}. lines: its summary, then one per check (id, status, evidence,
+    fix). stop: its problems as one sentence ('' when there is none)."""
+    if not isinstance(report, dict) or not isinstance(report.get("findings"), list) or "summary" not in report:
+        raise AnsibleFilterError("_deepep_doctor_outcome: expected the doctor's report ({findings, summary})")
+    lines = ["%s: %s" % (host, report["summary"])] + deepep_doctor_table(report["findings"])
+    problems = [f for f in report["findings"] if f.get("status") == "problem"]
+    return {"lines": lines, "stop": _problems_sentence(host, problems) if problems else ""}
+
+
+def _check_facts(facts):
+    keys = ("gpu", "rdma", "topology", "driver_params", "cuda")
+    if not isinstance(facts, dict) or not all(isinstance(facts.get(key), dict) for key in keys):
+        raise AnsibleFilterError("_deepep_preflight_outcome: expected the deepep facts (ansible_facts.deepep) with "
+                                 "%s" % ", ".join(keys))
+    return facts
+
+
+def deepep_node_report_lines(node):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan, report_lines
+
+    return report_lines(node, node["layers"] if node.get("layers") is not None else layer_plan(node))
+
+
 def deepep_doctor_table(findings, width=60):
     """Plain-text lines: id, status, evidence, fix."""
     from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import table
@@ -83,4 +139,6 @@ class FilterModule(object):
             "_deepep_doctor_reports": deepep_doctor_reports,
             "_deepep_doctor_table": deepep_doctor_table,
             "_deepep_preflight_checks": deepep_preflight_checks,
+            "_deepep_preflight_outcome": deepep_preflight_outcome,
+            "_deepep_doctor_outcome": deepep_doctor_outcome,
         }

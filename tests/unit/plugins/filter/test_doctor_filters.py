@@ -71,3 +71,19 @@ def test_doctor_reports_merge_the_inventorys_checks_into_each_hosts():
     assert alone["a"]["findings"] == [own] and alone["a"]["summary"]["problem"] == 0
     with pytest.raises(AnsibleFilterError, match="expected"):
         deepep_doctor_reports({"a": {"node": {}}})
+
+
+def test_doctor_outcome_lines_and_the_problems_in_one_sentence():
+    from ansible_collections.moe_infra.deepep.plugins.filter.doctor import deepep_doctor_outcome, deepep_doctor_table
+
+    report = {"summary": {"ok": 1, "problem": 2}, "findings": [
+        {"id": "KF10", "status": "ok", "evidence": "gdrdrv absent", "fix": ""},
+        {"id": "KF21", "status": "problem", "evidence": "memlock 64 KiB", "fix": "set memlock unlimited"},
+        {"id": "KF30", "status": "problem", "evidence": "hostname a4 twice", "fix": "give each node its own"}]}
+    outcome = deepep_doctor_outcome(report, "node1")
+    assert outcome["lines"] == ["node1: %s" % (report["summary"],)] + deepep_doctor_table(report["findings"])
+    assert outcome["stop"] == ("node1: KF21 | memlock 64 KiB | set memlock unlimited; KF30 | hostname a4 twice | "
+                               "give each node its own. Nothing was changed.")
+    assert deepep_doctor_outcome(dict(report, findings=report["findings"][:1]), "node1")["stop"] == ""
+    with pytest.raises(AnsibleFilterError, match="expected the doctor's report"):
+        deepep_doctor_outcome({"findings": []}, "node1")

@@ -192,3 +192,33 @@ def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_mo
     assert again["ansible_facts"]["deepep"]["builds"]["prefixes"][str(opt / "gdrcopy")]["stamped"] is False
     refused, failed = gather(run_module, tmp_path / "sys", builds=dict(asked, read_files=["../etc/shadow"]))
     assert failed and refused["msg"].startswith("builds: read_files '../etc/shadow' is not accepted")
+
+
+def test_the_preflight_outcome_reports_each_layer_and_says_why_a_host_stops(run_module, tmp_path):
+    """_deepep_preflight_outcome on the facts this module returns: the node report's lines, then the stop reasons
+    in their order (no GPU, then the checks' problems, then the caller's)."""
+    from ansible_collections.moe_infra.deepep.plugins.filter.doctor import deepep_preflight_outcome
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import report_lines
+
+    machines.gcp_b200(tmp_path)
+    result, failed = gather(run_module, tmp_path, cuda_version="13.0")
+    assert not failed, result
+    facts = result["ansible_facts"]["deepep"]
+    outcome = deepep_preflight_outcome(facts, "node1")
+    assert outcome == {"lines": report_lines(facts, facts["layers"]), "stop": ""}
+    checks = {"summary": {"ok": 1, "problem": 1}, "findings": [
+        {"id": "KF10", "status": "ok", "evidence": "gdrdrv absent", "fix": ""},
+        {"id": "KF21", "status": "problem", "evidence": "memlock 64 KiB", "fix": "set memlock unlimited"}]}
+    outcome = deepep_preflight_outcome(facts, "node1", checks, True, ["interpreter /x has no python"])
+    from ansible_collections.moe_infra.deepep.plugins.filter.doctor import deepep_doctor_table
+    assert outcome["lines"] == report_lines(facts, facts["layers"]) + [
+        "node1: preflight checks %s" % (checks["summary"],)] + deepep_doctor_table(checks["findings"])
+    assert outcome["stop"] == "node1: KF21 | memlock 64 KiB | set memlock unlimited. Nothing was changed."
+    assert deepep_preflight_outcome(facts, "node1", None, True, ["a", "b"])["stop"] == (
+        "node1: a; b. Nothing was changed.")
+    # No GPU stops first, whatever else is wrong; without preflight_require_gpus it is no reason.
+    no_gpu = dict(facts, gpu=dict(facts["gpu"], gpu_count=0, gpus=[]))
+    stop = deepep_preflight_outcome(no_gpu, "node1", checks, True, ["a"], "/fixture/sys")["stop"]
+    assert stop.startswith("No NVIDIA GPU under /fixture/sys/bus/pci/devices on node1: nothing was changed. Layers: "
+                           "doca_ofed=") and "run playbooks/facts.yml (make facts)" in stop
+    assert deepep_preflight_outcome(no_gpu, "node1", None, False)["stop"] == ""
