@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What a task's Jinja costs the controller per host (issue 33): ansible-core compiles each template again in every
 task's worker process, so a long expression in a role is paid once per task and host. Two playbooks of N set_fact
 tasks on 4 local hosts, run in turns: one task writes the value with a 1 KB expression (the shape of the preflight
@@ -7,11 +6,12 @@ with one call of a filter of this collection (what the roles do now). Their play
 collection's playbooks do (`_deepep_play_hosts`, which loads the collection's filters in the main process before
 the workers fork), so the difference is the expression, not the filter's loading. Prints, and writes as JSON, the
 CPU seconds (ansible-playbook and its workers) of each run and the difference per task and host.
-  scripts/jinja-worker-cost OUT.json [TASKS] [ROUNDS]"""
+  .venv/bin/python scripts/jinja_worker_cost.py OUT.json [TASKS] [ROUNDS]"""
 import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,8 +68,9 @@ for _ in range(ROUNDS):
     for name in ("long", "short"):
         runs[name].append(cpu_of([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
                                   os.path.join(work, "hosts.ini"), os.path.join(work, name + ".json")], env))
+shutil.rmtree(work)
 per_task_host_ms = round(1000 * (min(runs["long"]) - min(runs["short"])) / (TASKS * HOSTS), 1)
-result = {"command": "scripts/jinja-worker-cost %s %d %d" % (OUT, TASKS, ROUNDS), "machine": platform.node(),
+result = {"command": "python scripts/jinja_worker_cost.py %s %d %d" % (OUT, TASKS, ROUNDS), "machine": platform.node(),
           "cpus": os.cpu_count(), "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
           "tasks": TASKS, "hosts": HOSTS, "long_expression_chars": len(LONG), "cpu_s": runs,
           "long_minus_short_ms_per_task_and_host": per_task_host_ms}
