@@ -18,7 +18,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = sys.argv[1] if len(sys.argv) > 1 else sys.exit(__doc__)
+if len(sys.argv) < 2:
+    sys.exit(__doc__)
+OUT = sys.argv[1]
 TASKS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 HOSTS = 4
