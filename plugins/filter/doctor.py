@@ -80,8 +80,11 @@ def deepep_preflight_outcome(facts, host, checks=None, require_gpus=True, site_p
     layer would do), then with checks (this host's {findings, summary}) their summary and table. stop: why the host
     stops here ('' when it goes on): no NVIDIA GPU (with require_gpus), else the checks' problems (id, evidence,
     fix), else the caller's site_problems."""
-    node = _check_facts(facts)
-    lines = deepep_node_report_lines(node)
+    # The node report and its check of the facts are the _deepep_node_report filter's.
+    from ansible_collections.moe_infra.deepep.plugins.filter.deepep import deepep_node_report
+
+    node = facts
+    lines = deepep_node_report(node, node.get("layers") if isinstance(node, dict) else None)
     if checks is not None:
         if not isinstance(checks, dict) or not isinstance(checks.get("findings"), list):
             raise AnsibleFilterError("_deepep_preflight_outcome: checks: expected this host's {findings, summary}")
@@ -108,20 +111,6 @@ def deepep_doctor_outcome(report, host):
     lines = ["%s: %s" % (host, report["summary"])] + deepep_doctor_table(report["findings"])
     problems = [f for f in report["findings"] if f.get("status") == "problem"]
     return {"lines": lines, "stop": _problems_sentence(host, problems) if problems else ""}
-
-
-def _check_facts(facts):
-    keys = ("gpu", "rdma", "topology", "driver_params", "cuda")
-    if not isinstance(facts, dict) or not all(isinstance(facts.get(key), dict) for key in keys):
-        raise AnsibleFilterError("_deepep_preflight_outcome: expected the deepep facts (ansible_facts.deepep) with "
-                                 "%s" % ", ".join(keys))
-    return facts
-
-
-def deepep_node_report_lines(node):
-    from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan, report_lines
-
-    return report_lines(node, node["layers"] if node.get("layers") is not None else layer_plan(node))
 
 
 def deepep_doctor_table(findings, width=60):
