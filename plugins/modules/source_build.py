@@ -121,7 +121,8 @@ options:
     description:
       - Where to write the verified build as a tar.gz for the other nodes (the roles fetch it into the
         controller cache). Not rewritten while it holds this fingerprint. Files of the build directory named
-        C(*.node-record) (what a role checked on this node) are left out.
+        C(*.node-record) (what a role checked on this node) are left out. Exports of builds no longer kept
+        (C(<name>-<fingerprint>.tar.gz) beside it) are removed (RV(artifacts_removed)).
     type: path
   controller_src:
     description:
@@ -359,6 +360,13 @@ artifact_written:
   description: Whether O(artifact_out) was written in this run.
   returned: always
   type: bool
+artifacts_removed:
+  description:
+    - With O(artifact_out), the exports of this component (C(<name>-<fingerprint>.tar.gz) in the same directory) that
+      were removed because their build is no longer kept (O(keep)), so that the node does not collect one per build.
+  returned: when O(artifact_out) is set, outside check mode
+  type: list
+  elements: str
 needs_source:
   description:
     - Whether a build needs the source at O(src) and the node does not have it there yet (missing or, with
@@ -918,6 +926,22 @@ class SourceBuild(object):
         os.rename(artifact + ".tmp", artifact)
         return True
 
+    def prune_artifacts(self, directory, fp):
+        """Remove this component's exported builds (<name>-<fingerprint>.tar.gz, and a .tmp an interrupted export
+        left) whose build is no longer kept under builds/: an export is only there for the controller to fetch, and
+        one of a pruned build can never be installed from this node again. Returns the paths removed."""
+        pattern = re.compile(r"^%s-([0-9a-f]{16})\.tar\.gz(\.tmp)?$" % re.escape(self.params["name"]))
+        kept = set(os.listdir(self.builds)) if os.path.isdir(self.builds) else set()
+        kept.add(fp)
+        removed = []
+        for entry in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            match = pattern.match(entry)
+            path = os.path.join(directory, entry)
+            if match and match.group(1) not in kept and os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+                removed.append(path)
+        return removed
+
     def source_missing(self, digest):
         """Why the node's copy of the source cannot be built from (None when it can): only asked for a build."""
         src = self.params["src"]
@@ -1066,6 +1090,7 @@ class SourceBuild(object):
         if params["artifact_out"]:
             result["artifact_written"] = self.write_artifact(fp, params["artifact_out"])
             result["changed"] = result["changed"] or result["artifact_written"]
+            result["artifacts_removed"] = self.prune_artifacts(os.path.dirname(params["artifact_out"]), fp)
         result["files"] = self.read_files(install_dir)
         return result
 

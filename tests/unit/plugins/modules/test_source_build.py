@@ -718,3 +718,36 @@ def test_without_the_data_filter_root_extracts_nothing_and_says_which_python(run
     open_to_others(tmp_path)
     built = build(run_module, archive, tmp_path / "opt", build_user=BUILD_USER)
     assert built["changed"] and (tmp_path / "opt" / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
+
+
+def test_exports_of_builds_no_longer_kept_are_removed(run_module, src, tmp_path):
+    # The building node exports each build for the controller cache: one export per build, never removed, filled its
+    # disk. Exports follow the builds that are kept (keep=1: current and the previous one).
+    prefix, cache = tmp_path / "opt", tmp_path / "artifacts"
+    cache.mkdir()
+    foreign = [cache / "other-0123456789abcdef.tar.gz", cache / "demo-notafingerprint.tar.gz", cache / "demo.tar.gz"]
+    for path in foreign:
+        path.write_text("not this component's export\n")
+    fingerprints = []
+    for version in ("2.9.0", "2.10.0", "2.11.0", "2.12.0"):
+        plan = build(run_module, src, prefix, check_mode=True, inputs={"torch": version}, keep=1)
+        made = build(run_module, src, prefix, inputs={"torch": version}, keep=1,
+                     artifact_out=str(cache / ("demo-%s.tar.gz" % plan["fingerprint"])))
+        assert made["artifact_written"] is True
+        fingerprints.append(made["fingerprint"])
+    # An export an interrupted run left half-written, of a build long gone.
+    stale = cache / ("demo-%s.tar.gz.tmp" % fingerprints[0])
+    stale.write_text("half\n")
+    again = build(run_module, src, prefix, inputs={"torch": "2.12.0"}, keep=1,
+                  artifact_out=str(cache / ("demo-%s.tar.gz" % fingerprints[-1])))
+    kept = sorted(os.listdir(str(prefix / "builds")))
+    assert kept == sorted(fingerprints[-2:])
+    exports = sorted(path.name for path in cache.iterdir() if path.name.startswith("demo-") and path not in foreign)
+    assert exports == sorted("demo-%s.tar.gz" % fp for fp in fingerprints[-2:])
+    assert again["artifacts_removed"] == [str(stale)] and again["artifact_written"] is False
+    assert all(path.read_text() == "not this component's export\n" for path in foreign)
+    # In check mode nothing is removed.
+    (cache / ("demo-%s.tar.gz" % fingerprints[0])).write_text("old export\n")
+    predicted = build(run_module, src, prefix, check_mode=True, inputs={"torch": "2.12.0"}, keep=1,
+                      artifact_out=str(cache / ("demo-%s.tar.gz" % fingerprints[-1])))
+    assert "artifacts_removed" not in predicted and (cache / ("demo-%s.tar.gz" % fingerprints[0])).is_file()
