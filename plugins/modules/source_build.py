@@ -1091,6 +1091,7 @@ class SourceBuild(object):
             result["artifact_written"] = self.write_artifact(fp, params["artifact_out"])
             result["changed"] = result["changed"] or result["artifact_written"]
             result["artifacts_removed"] = self.prune_artifacts(os.path.dirname(params["artifact_out"]), fp)
+            result["changed"] = result["changed"] or bool(result["artifacts_removed"])
         result["files"] = self.read_files(install_dir)
         return result
 

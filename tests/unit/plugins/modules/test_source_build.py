@@ -745,6 +745,9 @@ def test_exports_of_builds_no_longer_kept_are_removed(run_module, src, tmp_path)
     exports = sorted(path.name for path in cache.iterdir() if path.name.startswith("demo-") and path not in foreign)
     assert exports == sorted("demo-%s.tar.gz" % fp for fp in fingerprints[-2:])
     assert again["artifacts_removed"] == [str(stale)] and again["artifact_written"] is False
+    assert again["changed"] is True  # a file removed is a change; nothing left to remove, none
+    assert build(run_module, src, prefix, inputs={"torch": "2.12.0"}, keep=1,
+                 artifact_out=str(cache / ("demo-%s.tar.gz" % fingerprints[-1])))["changed"] is False
     assert all(path.read_text() == "not this component's export\n" for path in foreign)
     # In check mode nothing is removed.
     (cache / ("demo-%s.tar.gz" % fingerprints[0])).write_text("old export\n")
