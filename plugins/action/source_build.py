@@ -9,8 +9,11 @@ controller_src: the archive's sha256 is computed here (once per file and run), s
 build without the archive being copied or hashed there; the module says `needs_source` when a build needs it.
 controller_patches: patch files read here and sent as the module's patch_texts (small text files: no copy tasks,
 and an up-to-date build needs nothing on the node).
+send_source: with controller_src, the archive is put in the task's temporary directory on the node (src_in) and the
+module installs it at src when a build needs it there: no directory and copy tasks.
 controller_cache: whether the controller's build cache holds this fingerprint (the artifact and its digest
-record), without a task of its own.
+record), without a task of its own; with artifact_out, a build the node just exported is fetched into it and its
+digest recorded, in the same task (no fetch, stat and record tasks).
 controller_artifact: a build of the controller cache is put on the node (its remote temporary directory) and
 installed from there, in the module's own task: no directory and copy tasks, no copy left on the node. It goes only
 when its bytes match the digest the controller recorded when it fetched it from the one node that exported it
@@ -27,15 +30,18 @@ node. Anything else (another fingerprint, a git source, a prefix or a file that 
 
 from __future__ import annotations
 
+import base64
 import getpass
 import hashlib
 import posixpath
 import os
 import socket
+import tempfile
 import time
 import uuid
 
 from ansible.errors import AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
@@ -173,6 +179,8 @@ class ActionModule(ActionBase):
                 args[key] = value
         controller_src = args.pop("controller_src", None)
         controller_cache = args.pop("controller_cache", None)
+        send_source = boolean(args.pop("send_source", False), strict=False)
+        args.pop("src_in", None)  # this plugin's to set
         known_builds = args.pop("known_builds", None)
         texts = []
         for patch in args.pop("controller_patches", None) or []:
@@ -197,6 +205,10 @@ class ActionModule(ActionBase):
                 return dict(result, failed=True, msg="controller_src: %s is not accepted; accepted: a tar archive "
                                                      "(%s)" % (controller_src, ", ".join(ARCHIVE_SUFFIXES)))
             args["src_digest"] = archive_digest(local)
+            if send_source and not self._play_context.check_mode:
+                # In the task's temporary directory (a background build's is removed when the job ends): the module
+                # installs it at src only when the build needs it there.
+                args["src_in"] = self._put_artifact(local)
 
         try:
             build_timeout = int(args.pop("build_timeout", 0) or 0)
@@ -255,6 +267,12 @@ class ActionModule(ActionBase):
             # As fetch and copy read it: a relative directory is the playbook's. An artifact without its digest
             # record is not counted (a node builds and exports it again, and the record is made).
             cache = self._loader.path_dwim(controller_cache)
+            module["fetched"] = None
+            if module.get("artifact_written") and not self._play_context.check_mode:
+                fetched, problem = self._fetch_export(module, cache, task_vars)
+                if problem:
+                    return merge_hash(result, dict(module, failed=True, msg=problem))
+                module["fetched"] = fetched
             problem = cache_dir_problem(cache)
             if problem:
                 return merge_hash(result, dict(module, failed=True, msg=problem))
@@ -267,6 +285,55 @@ class ActionModule(ActionBase):
         if not self._task.async_val and known is None:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
+
+    def _fetch_export(self, module, cache, task_vars):
+        """Bring the build the node just exported (module's artifact) into the controller cache with its digest record
+        (sha256sum's format): the cache is created 0700, only the controller's user can write what every node
+        installs. The copy goes in under its name only whole and with the bytes the node wrote (artifact_digest).
+        Read through become as the fetch action reads it (slurp), else copied over the connection. Returns (path
+        in the cache, None) or (None, why not)."""
+        remote = module["artifact"]
+        name = posixpath.basename(remote)
+        final = os.path.join(cache, name)
+        try:
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            return None, "controller_cache: cannot create %s on the controller (%s)" % (cache, exc)
+        problem = cache_dir_problem(cache)
+        if problem:
+            return None, problem
+        handle, part = tempfile.mkstemp(dir=cache, prefix=".%s." % name, suffix=".part")
+        os.close(handle)
+        try:
+            if self._connection.become:
+                slurped = self._execute_module(module_name="ansible.legacy.slurp", module_args=dict(src=remote),
+                                               task_vars=task_vars)
+                if slurped.get("failed") or "content" not in slurped:
+                    return None, "fetching the build %s from the node failed: %s; nothing was put in the " \
+                                 "controller cache; run again" % (remote, slurped.get("msg", "no content"))
+                with open(part, "wb") as out:
+                    out.write(base64.b64decode(slurped["content"]))
+            else:
+                self._connection.fetch_file(remote, part)
+            digest = archive_digest(part)
+            expected = module.get("artifact_digest")
+            if expected and digest != expected:
+                return None, ("the copy of the build %s fetched from the node has another sha256 (%s) than the node "
+                              "wrote (%s): nothing was put in the controller cache; run again" % (remote, digest,
+                                                                                                  expected))
+            os.replace(part, final)
+            record = final + ".sha256.part"
+            with open(record, "w") as out:
+                out.write("%s  %s\n" % (digest.split(":", 1)[1], name))
+            os.chmod(record, 0o600)
+            os.replace(record, final + ".sha256")
+        except (AnsibleError, OSError) as exc:
+            return None, "fetching the build %s into the controller cache %s failed (%s); run again" % (
+                remote, cache, exc)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+        return final, None
 
     def _put_artifact(self, local):
         """Put the archive into this task's remote temporary directory (removed with it), readable by the user the

@@ -119,8 +119,8 @@ options:
     type: path
   artifact_out:
     description:
-      - Where to write the verified build as a tar.gz for the other nodes (the roles fetch it into the
-        controller cache). Not rewritten while it holds this fingerprint. Files of the build directory named
+      - Where to write the verified build as a tar.gz for the other nodes (with O(controller_cache), the action
+        plugin fetches a newly written one into it). Not rewritten while it holds this fingerprint. Files of the build directory named
         C(*.node-record) (what a role checked on this node) are left out. Exports of builds no longer kept
         (C(<name>-<fingerprint>.tar.gz) beside it) are removed (RV(artifacts_removed)).
     type: path
@@ -129,12 +129,28 @@ options:
       - A source archive on the controller (a path, or a file of the role's C(files/)), handled by this module's
         action plugin. Its sha256, computed on the controller, stands for the source in the fingerprint, so an
         up-to-date build is confirmed without the archive on the node. O(src) is where it goes on the node; a
-        result with RV(needs_source) says a build needs it there (the roles copy it only then).
+        result with RV(needs_source) says a build needs it there (O(send_source) sends it then).
+    type: path
+  send_source:
+    description:
+      - With O(controller_src), outside check mode, the action plugin puts the archive in the task's temporary
+        directory on the node (O(src_in)); a build that needs it (O(src) missing, or other bytes than the
+        controller's) installs it at O(src) first (its directory 0755, the file 0644). No tasks of its own; the
+        roles set it when the plan said RV(needs_source).
+    type: bool
+    default: false
+  src_in:
+    description:
+      - Set by the action plugin (O(send_source)), not by a task. The controller's archive on the node, installed at
+        O(src) when a build needs it there, once its sha256 equals O(src_digest).
     type: path
   controller_cache:
     description:
       - A directory of verified builds on the controller (C(<name>-<fingerprint>.tar.gz)), handled by the action
-        plugin, which returns in RV(cached) whether this fingerprint's archive is there.
+        plugin, which returns in RV(cached) whether this fingerprint's archive is there. With O(artifact_out),
+        outside check mode, a build this run exported (RV(artifact_written)) is fetched into it, with its digest
+        record (C(<archive>.sha256), sha256sum's format) taken on the controller (RV(fetched)); the directory is
+        made 0700 when missing. The other nodes install it from there (O(controller_artifact)).
     type: path
   known_builds:
     description:
@@ -367,6 +383,20 @@ artifacts_removed:
   returned: when O(artifact_out) is set, outside check mode
   type: list
   elements: str
+artifact_digest:
+  description: The sha256 (C(sha256:<hex>)) of O(artifact_out) as written in this run.
+  returned: when RV(artifact_written) is true
+  type: str
+source_installed:
+  description: Whether the archive O(send_source) sent was installed at O(src) for this build.
+  returned: always
+  type: bool
+fetched:
+  description:
+    - With O(controller_cache) and O(artifact_out), the controller cache's path of the build this run exported and
+      fetched; null when nothing was fetched.
+  returned: when O(controller_cache) is set
+  type: str
 needs_source:
   description:
     - Whether a build needs the source at O(src) and the node does not have it there yet (missing or, with
@@ -942,6 +972,19 @@ class SourceBuild(object):
                 removed.append(path)
         return removed
 
+    def install_source(self, digest):
+        """Put the archive the action plugin sent (src_in, in the task's temporary directory) at src, once its bytes
+        are the controller's (src_digest): the directory is made 0755 and the file 0644, as a copy task would."""
+        sent, src = self.params["src_in"], self.params["src"]
+        if not os.path.isfile(sent) or "sha256:" + file_digest(sent) != digest:
+            self.fail("src_in: %s is not the controller's archive (missing, or another sha256 than %s): nothing was "
+                      "built; run again" % (sent, digest))
+        os.makedirs(os.path.dirname(src) or ".", mode=0o755, exist_ok=True)
+        part = src + ".part"
+        shutil.copyfile(sent, part)
+        os.chmod(part, 0o644)
+        os.replace(part, src)
+
     def source_missing(self, digest):
         """Why the node's copy of the source cannot be built from (None when it can): only asked for a build."""
         src = self.params["src"]
@@ -1066,16 +1109,20 @@ class SourceBuild(object):
             changed=action is not None, action=action or "none", fingerprint=fp, reason=reason, install_dir=install_dir,
             src_dir=os.path.join(install_dir, "src"), current=self.current, previous_fingerprint=previous,
             source_digest=digest, log=os.path.join(install_dir, "build.log"), build_seconds=None, build_cpu_seconds=None,
-            artifact=params["artifact_out"], artifact_written=False, needs_source=False, files={},
+            artifact=params["artifact_out"], artifact_written=False, needs_source=False, source_installed=False, files={},
             build_user_exists=self.user_exists(params["build_user"]),
             lock_holder=self.lock.holder() if self.module.check_mode else None,
         )
         missing = self.source_missing(digest) if action == "build" else None
+        if missing and params["src_in"] and not self.module.check_mode:
+            self.install_source(digest)
+            result["source_installed"] = True
+            missing = None
         if missing:
             result["needs_source"] = True
             if not self.module.check_mode:
-                self.fail("src: %s; copy it there first (controller_src: the roles do when needs_source is true)"
-                          % missing, **result)
+                self.fail("src: %s; copy it there first, or give controller_src with send_source (the action plugin "
+                          "sends it)" % missing, **result)
         if self.module.check_mode:
             result["files"] = self.read_files(install_dir) if built else {}
             return result
@@ -1089,6 +1136,9 @@ class SourceBuild(object):
             self.prune({fp, previous})
         if params["artifact_out"]:
             result["artifact_written"] = self.write_artifact(fp, params["artifact_out"])
+            if result["artifact_written"]:
+                # What the node wrote: the action plugin checks the copy it fetches against it.
+                result["artifact_digest"] = "sha256:" + file_digest(params["artifact_out"])
             result["changed"] = result["changed"] or result["artifact_written"]
             result["artifacts_removed"] = self.prune_artifacts(os.path.dirname(params["artifact_out"]), fp)
             result["changed"] = result["changed"] or bool(result["artifacts_removed"])
@@ -1183,6 +1233,8 @@ def main():
             force=dict(type="bool", default=False),
             artifact_in=dict(type="path"),
             artifact_out=dict(type="path"),
+            src_in=dict(type="path"),
+            send_source=dict(type="bool", default=False),
             build_user=dict(type="str"),
             controller_src=dict(type="path"),
             controller_cache=dict(type="path"),

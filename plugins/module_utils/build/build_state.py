@@ -143,6 +143,7 @@ def up_to_date_plan(params, reading, fp, digest):
         install_dir=install_dir, src_dir=os.path.join(install_dir, "src"), current=os.path.join(prefix, "current"),
         previous_fingerprint=fp, source_digest=digest, log=os.path.join(install_dir, "build.log"),
         build_seconds=None, build_cpu_seconds=None, artifact=params["artifact_out"], artifact_written=False,
-        needs_source=False, files=dict(reading["files"]), build_user_exists=reading["build_user_exists"],
+        needs_source=False, source_installed=False, files=dict(reading["files"]),
+        build_user_exists=reading["build_user_exists"],
         lock_holder=reading["lock_holder"],
     )

@@ -4,6 +4,7 @@ options, and the controller's patches go as text; the module call itself is a st
 from __future__ import annotations
 
 import os
+import shutil
 import tarfile
 from unittest import mock
 
@@ -163,3 +164,81 @@ def test_the_plan_task_runs_no_module_when_the_reading_answers(tmp_path, run_mod
     plugin._find_needle = lambda kind, path: path
     plugin.run(task_vars={})
     assert sent["src_digest"] == args["src_digest"] and "known_builds" not in sent
+
+
+def test_send_source_puts_the_archive_on_the_node_for_the_build_outside_check_mode(tmp_path):
+    archive = tmp_path / "demo.tar.gz"
+    with tarfile.open(str(archive), "w:gz"):
+        pass
+    for check_mode, send, expected in ((False, True, "/remote/tmp/demo.tar.gz"), (True, True, None),
+                                       (False, False, None)):
+        plugin, sent = action({"build": {"name": "demo", "prefix": "/opt/demo", "controller_src": str(archive)},
+                               "send_source": send})
+        plugin._find_needle = lambda folder, path: path
+        plugin._play_context.check_mode = check_mode
+        plugin._put_artifact = lambda local: "/remote/tmp/" + os.path.basename(local)
+        assert not plugin.run(task_vars={}).get("failed")
+        assert sent.get("src_in") == expected and "send_source" not in sent
+
+
+def export_action(tmp_path, node_bytes, written_digest=None, become=False):
+    """The build task of a host that exports its build (artifact_out, controller_cache): the module stand-in reports
+    an export written on the node (a file under tmp_path/node), the connection copies it or slurp reads it."""
+    import base64
+    import hashlib
+    node = tmp_path / "node"
+    node.mkdir(exist_ok=True)
+    artifact = node / "demo-0123456789abcdef.tar.gz"
+    artifact.write_bytes(node_bytes)
+    cache = tmp_path / "cache"
+    plugin, sent = action({"name": "demo", "prefix": "/opt/demo", "build_command": "make",
+                           "artifact_out": str(artifact), "controller_cache": str(cache)})
+    plugin._loader.path_dwim = lambda path: path
+    calls = []
+
+    def execute_module(module_name=None, module_args=None, task_vars=None, wrap_async=False):
+        calls.append(module_name)
+        if module_name == "ansible.legacy.slurp":
+            return {"content": base64.b64encode(artifact.read_bytes()).decode(), "encoding": "base64"}
+        sent.update(module_args)
+        return {"changed": True, "fingerprint": "0123456789abcdef", "artifact": str(artifact), "artifact_written": True,
+                "artifact_digest": written_digest or "sha256:" + hashlib.sha256(node_bytes).hexdigest()}
+    plugin._execute_module = execute_module
+    plugin._connection.become = object() if become else None
+    plugin._connection.fetch_file = lambda remote, local: shutil.copyfile(remote, local)
+    return plugin, cache, artifact, calls
+
+
+@pytest.mark.parametrize("become", [False, True])
+def test_a_build_the_node_exported_comes_back_to_the_controller_cache_with_its_record(tmp_path, become):
+    import hashlib
+    plugin, cache, artifact, calls = export_action(tmp_path, b"the verified build", become=become)
+    result = plugin.run(task_vars={})
+    assert not result.get("failed"), result
+    entry = cache / artifact.name
+    assert result["fetched"] == str(entry) and result["cached"] is True
+    assert entry.read_bytes() == b"the verified build"
+    # sha256sum's format, as a carried-in cache brings it; the cache is the controller user's alone.
+    assert (cache / (artifact.name + ".sha256")).read_text() == "%s  %s\n" % (
+        hashlib.sha256(b"the verified build").hexdigest(), artifact.name)
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert sorted(p.name for p in cache.iterdir()) == [artifact.name, artifact.name + ".sha256"]
+    # Through become, read as the fetch action reads it (slurp); else copied over the connection.
+    assert calls == ["moe_infra.deepep.source_build"] + (["ansible.legacy.slurp"] if become else [])
+
+
+def test_a_fetched_copy_that_differs_from_what_the_node_wrote_stays_out_of_the_cache(tmp_path):
+    plugin, cache, artifact, calls = export_action(tmp_path, b"cut short", written_digest="sha256:" + "0" * 64)
+    result = plugin.run(task_vars={})
+    assert result["failed"] and "has another sha256" in result["msg"] and "nothing was put in the controller cache" \
+        in result["msg"]
+    assert list(cache.iterdir()) == []
+
+
+def test_a_cache_others_can_write_is_refused_before_anything_is_fetched(tmp_path):
+    plugin, cache, artifact, calls = export_action(tmp_path, b"the verified build")
+    cache.mkdir(mode=0o777)
+    os.chmod(str(cache), 0o777)
+    result = plugin.run(task_vars={})
+    assert result["failed"] and "can be written by users other than its owner" in result["msg"]
+    assert list(cache.iterdir()) == []

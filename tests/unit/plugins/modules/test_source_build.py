@@ -310,13 +310,39 @@ def test_src_digest_confirms_a_build_without_the_archive_on_the_node(run_module,
     assert again["files"] == {"src/built.txt": "hello\n9.0\n"}
 
 
+def test_a_sent_source_is_installed_only_where_a_build_needs_it(run_module, src, tmp_path):
+    """src_in (send_source: the action plugin put the controller's archive in the task's temporary directory): a build
+    that needs the source installs it at src first; a wrong copy is refused before anything is written."""
+    archive = _archive(src, tmp_path / "demo.tar.gz")
+    sent = tmp_path / "remote-tmp" / "demo.tar.gz"
+    sent.parent.mkdir()
+    sent.write_bytes(b"damaged in transit")
+    node_copy = tmp_path / "sources" / "demo.tar.gz"
+    prefix = tmp_path / "opt"
+    refused = build(run_module, node_copy, prefix, expect_fail=True, src_digest=_digest(archive), src_in=str(sent))
+    assert "src_in: %s is not the controller's archive" % sent in refused["msg"] and "nothing was built" in refused["msg"]
+    assert not node_copy.exists() and not (prefix / "current").exists()
+    sent.write_bytes(archive.read_bytes())
+    built = build(run_module, node_copy, prefix, src_digest=_digest(archive), src_in=str(sent))
+    assert built["action"] == "build" and built["source_installed"] is True and built["needs_source"] is False
+    assert node_copy.read_bytes() == archive.read_bytes() and oct(node_copy.stat().st_mode & 0o777) == "0o644"
+    assert not os.path.exists(str(node_copy) + ".part")
+    assert (prefix / "current" / "src" / "built.txt").read_text() == "hello\n9.0\n"
+    # Up to date: what was sent is not installed again.
+    node_copy.unlink()
+    again = build(run_module, node_copy, prefix, src_digest=_digest(archive), src_in=str(sent))
+    assert again["action"] == "none" and again["source_installed"] is False and not node_copy.exists()
+
+
 def test_build_once_install_from_the_artifact_elsewhere(run_module, src, tmp_path):
     builder, other = tmp_path / "builder", tmp_path / "other"
     artifact = tmp_path / "cache" / "demo.tar.gz"
     first = build(run_module, src, builder, artifact_out=str(artifact))
     assert first["build_seconds"] is not None and first["artifact_written"] is True and artifact.is_file()
+    assert first["artifact_digest"] == _digest(artifact)  # what the controller checks its fetched copy against
     again = build(run_module, src, builder, artifact_out=str(artifact))
     assert again["changed"] is False and again["artifact_written"] is False  # already holds this fingerprint
+    assert "artifact_digest" not in again
     # Another node with the same inputs: unpacked, verified there, nothing built.
     installed = build(run_module, src, other, artifact_in=str(artifact))
     assert installed["changed"] is True and installed["build_seconds"] is None
