@@ -128,7 +128,7 @@ def test_build_env_script_tests_then_nothing_to_do(node):
     site = node["tmp"] / "venv" / "site-packages"
     assert (site / "deep_ep_cpp.py").read_text() == built
     assert (current / "src" / "dist" / "deep_ep-1.2.1-py3-none-any.whl").is_file()
-    assert "Check that the installed wheel is the deep_ep that imports" in out
+    assert "Check that deep_ep imports with the env script's environment and from the installed wheel" in out
     script = (node["prefix"] / "env.sh").read_text()
     assert "NVSHMEM_REMOTE_TRANSPORT" not in script and "KF36" in script
     assert "%s/src" % current in script

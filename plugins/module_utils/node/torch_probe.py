@@ -252,15 +252,9 @@ def _probe(module, python, script, env, cache_dir, cached, run):
         module.fail_json(msg="unexpected probe output from %s: %s" % (python, out[-2000:]))
 
 
-def read_stack(module, params):
-    """torch, NCCL, the NVSHMEM and NCCL wheels, numpy and whether deep_ep imports, as the interpreter of
-    STACK_OPTIONS' params sees them (torch_stack_info's return, with exists and cached)."""
+def _probe_runner(module, params):
+    """The interpreter's runner (as run_as) and the probe's base environment, or the module fails saying what to set."""
     python = params["python"]
-    if params["missing_ok"] and not os.path.lexists(python):
-        return dict(exists=False, cached=False, python_version=None, torch={"version": None, "cuda": None, "nccl": None},
-                    nvshmem_wheel=None, nccl_wheel=None, numpy=None,
-                    deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
-                             "undefined_symbol": False, "nvshmem_host_loaded": None})
     if not os.access(python, os.X_OK):
         module.fail_json(msg="python: %s is not an executable interpreter; set it to the Python that has torch" % python)
     try:
@@ -270,11 +264,38 @@ def read_stack(module, params):
                              "to ''" % (params["run_as"], FALLBACK_USER))
     env = {key: str(value) for key, value in (params["environment"] or {}).items()}
     env["LC_ALL"] = "C"
+    return run, env
+
+
+def _import_deep_ep(module, params, run, env, pythonpath, cached):
+    env = dict(env, PYTHONPATH=os.pathsep.join(pythonpath or []))
+    deep_ep = _probe(module, params["python"], IMPORT_PROBE, env, params["cache_dir"], cached, run)
+    deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
+    return deep_ep
+
+
+def read_deep_ep(module, params, pythonpath):
+    """Whether deep_ep imports from / for the interpreter of STACK_OPTIONS' params (python, environment, cache_dir,
+    run_as) with this PYTHONPATH: only the import probe (torch_stack_info's deep_ep), with cached."""
+    run, env = _probe_runner(module, params)
+    cached = []
+    deep_ep = _import_deep_ep(module, params, run, env, pythonpath, cached)
+    deep_ep["cached"] = all(cached)
+    return deep_ep
+
+
+def read_stack(module, params):
+    """torch, NCCL, the NVSHMEM and NCCL wheels, numpy and whether deep_ep imports, as the interpreter of
+    STACK_OPTIONS' params sees them (torch_stack_info's return, with exists and cached)."""
+    python = params["python"]
+    if params["missing_ok"] and not os.path.lexists(python):
+        return dict(exists=False, cached=False, python_version=None, torch={"version": None, "cuda": None, "nccl": None},
+                    nvshmem_wheel=None, nccl_wheel=None, numpy=None,
+                    deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
+                             "undefined_symbol": False, "nvshmem_host_loaded": None})
+    run, env = _probe_runner(module, params)
     cached = []
     result = _probe(module, python, PROBE, env, params["cache_dir"], cached, run)
-    env["PYTHONPATH"] = os.pathsep.join(params["pythonpath"] or [])
-    deep_ep = _probe(module, python, IMPORT_PROBE, env, params["cache_dir"], cached, run)
-    deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
-    result["deep_ep"] = deep_ep
+    result["deep_ep"] = _import_deep_ep(module, params, run, env, params["pythonpath"], cached)
     result.update(exists=True, cached=all(cached))
     return result

@@ -205,7 +205,7 @@ def export_action(tmp_path, node_bytes, written_digest=None, become=False):
                 "artifact_digest": written_digest or "sha256:" + hashlib.sha256(node_bytes).hexdigest()}
     plugin._execute_module = execute_module
     plugin._connection.become = object() if become else None
-    plugin._connection.fetch_file = lambda remote, local: shutil.copyfile(remote, local)
+    plugin._connection.fetch_file = shutil.copyfile
     return plugin, cache, artifact, calls
 
 

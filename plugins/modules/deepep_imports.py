@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: moe_infra contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deepep_imports
+short_description: Check that a DeepEP build imports as the env script's shell and the installed wheel give it
+version_added: "0.3.0"
+description:
+  - Imports C(deep_ep) from C(/) with the given interpreter twice, in one task - with the build tree first on
+    C(PYTHONPATH) (what the env script's shell gets) and, with O(wheel_site_dir), without it (the installed wheel,
+    which must be where C(deep_ep) then comes from) - and fails naming the import error or the file that imported
+    instead.
+  - With O(record), writes O(record_key) there once both imports passed, so that a later run with the same build,
+    environment and wheel does not import again (the deepep role reads it with the build's plan). Writing the record
+    is not reported as a change, like a test report.
+  - In check mode nothing is imported or written (the build may not be there yet).
+author:
+  - moe_infra maintainers (@moe-infra)
+options:
+  python:
+    description:
+      - Python interpreter DeepEP was built for.
+    type: path
+    required: true
+  src_dir:
+    description:
+      - The build tree put first on C(PYTHONPATH) for the first import.
+    type: path
+    required: true
+  wheel_site_dir:
+    description:
+      - The site directory the DeepEP wheel was installed into; the second import (no C(PYTHONPATH)) must import
+        C(deep_ep) from below it. Empty skips the second import.
+    type: path
+    default: ""
+  environment:
+    description:
+      - The environment of both imports (the env script's, without C(PYTHONPATH)).
+    type: dict
+    default: {}
+  cache_dir:
+    description:
+      - The probe cache of M(moe_infra.deepep.torch_stack_info) (an answer is reused while nothing it depends on
+        changed). Empty imports every time.
+    type: path
+    default: ""
+  run_as:
+    description:
+      - Run the interpreter as this unprivileged user (see M(moe_infra.deepep.torch_stack_info)); empty runs it as
+        the task's user.
+    type: str
+    default: ""
+  record:
+    description:
+      - File to write O(record_key) to once every import passed; empty writes nothing.
+    type: path
+    default: ""
+  record_key:
+    description:
+      - What the imports were checked for (the deepep role's digest of the build, the environment and the wheel's
+        site directory).
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Check the imports
+  moe_infra.deepep.deepep_imports:
+    python: /opt/torch/venv/bin/python
+    src_dir: /opt/deepep/deepep/current/src
+    wheel_site_dir: /opt/torch/venv/lib/python3.12/site-packages
+    environment:
+      LD_LIBRARY_PATH: /opt/deepep/gdrcopy/current/lib
+    record: /opt/deepep/deepep/current/imports.node-record
+    record_key: 3f6c0a
+"""
+
+RETURN = r"""
+checked:
+  description: Whether the imports ran (false in check mode).
+  returned: always
+  type: bool
+with_build_tree:
+  description: The first import (build tree on C(PYTHONPATH)) as M(moe_infra.deepep.torch_stack_info) reports C(deep_ep).
+  returned: when RV(checked) is true
+  type: dict
+installed_wheel:
+  description: The second import (no C(PYTHONPATH)); null without O(wheel_site_dir).
+  returned: when RV(checked) is true
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import read_deep_ep
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            src_dir=dict(type="path", required=True),
+            wheel_site_dir=dict(type="path", default=""),
+            environment=dict(type="dict", default={}),
+            cache_dir=dict(type="path", default=""),
+            run_as=dict(type="str", default=""),
+            record=dict(type="path", default=""),
+            record_key=dict(type="str", default="", no_log=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, checked=False)
+    environment = dict((key, value) for key, value in (p["environment"] or {}).items() if key != "PYTHONPATH")
+    params = dict(python=p["python"], environment=environment, cache_dir=p["cache_dir"], run_as=p["run_as"])
+    tree = read_deep_ep(module, params, [p["src_dir"]])
+    if not tree["importable"]:
+        module.fail_json(msg="import deep_ep failed from / with %s on PYTHONPATH: %s" % (p["src_dir"], tree["error"]),
+                         with_build_tree=tree)
+    wheel = None
+    if p["wheel_site_dir"]:
+        wheel = read_deep_ep(module, params, [])
+        site = p["wheel_site_dir"].rstrip("/") + "/"
+        if not wheel["importable"] or not (wheel["file"] or "").startswith(site):
+            module.fail_json(msg="import deep_ep without PYTHONPATH: %s, not the wheel installed in %s"
+                                 % (wheel["error"] or wheel["file"], p["wheel_site_dir"]),
+                             with_build_tree=tree, installed_wheel=wheel)
+    if p["record"]:
+        part = p["record"] + ".part"
+        with open(part, "w") as handle:
+            handle.write(p["record_key"] + "\n")
+        os.chmod(part, 0o644)
+        os.replace(part, p["record"])
+    module.exit_json(changed=False, checked=True, with_build_tree=tree, installed_wheel=wheel)
+
+
+if __name__ == "__main__":
+    main()
