@@ -282,6 +282,9 @@ class ActionModule(ActionBase):
         # The options as given, once: the fan-out's later tasks take them from the plan instead of rendering the
         # component's options again.
         result["build_options"] = build
+        # The module's echo of its arguments (the options again, the patches' text) would make every later task that
+        # reads this result (the layer's fact, its report) template them again on each host.
+        result.pop("invocation", None)
         if not self._task.async_val and known is None:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result

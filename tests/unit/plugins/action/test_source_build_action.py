@@ -242,3 +242,14 @@ def test_a_cache_others_can_write_is_refused_before_anything_is_fetched(tmp_path
     result = plugin.run(task_vars={})
     assert result["failed"] and "can be written by users other than its owner" in result["msg"]
     assert list(cache.iterdir()) == []
+
+
+def test_the_result_holds_the_options_once():
+    plugin, sent = action({"build": {"name": "demo", "prefix": "/opt/demo", "build_command": "make"}})
+
+    def execute_module(module_name=None, module_args=None, task_vars=None, wrap_async=False):
+        return {"changed": False, "fingerprint": "0123456789abcdef", "invocation": {"module_args": dict(module_args)}}
+    plugin._execute_module = execute_module
+    result = plugin.run(task_vars={})
+    assert "invocation" not in result
+    assert result["build_options"] == {"name": "demo", "prefix": "/opt/demo", "build_command": "make"}
