@@ -127,3 +127,32 @@ def test_a_cached_build_is_sent_and_installed_in_one_task(tmp_path):
     # In check mode nothing is sent: the install is predicted from artifact_in, which is not on the node.
     rc, out = play(tmp_path, dict(second, check_mode=True), show)
     assert rc == 0 and "ok: [localhost]" in out, out
+
+
+def test_through_become_the_source_goes_with_the_build_and_the_export_comes_back_by_slurp(tmp_path):
+    """As on a cloud node (a login user, become for root; here su from root): a background build of a controller
+    archive gets the archive in the task (send_source), and its export comes back to the controller cache through
+    become (slurp, as the fetch action reads under become), with the digest record made on the controller."""
+    tree = tmp_path / "tree" / "demo"
+    tree.mkdir(parents=True)
+    (tree / "input.txt").write_text("hello\n")
+    archive = tmp_path / "demo.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(tree), arcname="demo")
+    cache = tmp_path / "cache"
+    task = dict(build_task(tmp_path, src=str(tmp_path / "node" / "sources" / "demo.tar.gz"),
+                           controller_src=str(archive), send_source=True, build_timeout=120, progress_interval=1,
+                           build_command="cp input.txt built.txt", artifact_out=str(tmp_path / "node" / "demo.tar.gz"),
+                           controller_cache=str(cache)),
+                become=True, become_method="su")
+    rc, out = play(tmp_path, task, {"debug": {"var": "built"}})
+    assert rc == 0, out
+    assert (tmp_path / "node" / "sources" / "demo.tar.gz").read_bytes() == archive.read_bytes()
+    assert (tmp_path / "opt" / "current" / "src" / "built.txt").read_text() == "hello\n"
+    (entry,) = [p for p in cache.iterdir() if p.name.endswith(".tar.gz")]
+    assert entry.read_bytes() == (tmp_path / "node" / "demo.tar.gz").read_bytes()
+    assert (cache / (entry.name + ".sha256")).read_text() == "%s  %s\n" % (
+        hashlib.sha256(entry.read_bytes()).hexdigest(), entry.name)
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    flat = " ".join(out.split())
+    assert '"source_installed": true' in flat and '"fetched": "%s"' % entry in flat, out
