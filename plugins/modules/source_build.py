@@ -976,12 +976,16 @@ class SourceBuild(object):
         """Put the archive the action plugin sent (src_in, in the task's temporary directory) at src, once its bytes
         are the controller's (src_digest): the directory is made 0755 and the file 0644, as a copy task would."""
         sent, src = self.params["src_in"], self.params["src"]
-        if not os.path.isfile(sent) or "sha256:" + file_digest(sent) != digest:
-            self.fail("src_in: %s is not the controller's archive (missing, or another sha256 than %s): nothing was "
-                      "built; run again" % (sent, digest))
+        if not os.path.isfile(sent):
+            self.fail("src_in: %s is not on the node: nothing was built; run again" % sent)
         os.makedirs(os.path.dirname(src) or ".", mode=0o755, exist_ok=True)
         part = src + ".part"
         shutil.copyfile(sent, part)
+        # The copy is what is checked and put in place, not the file it came from.
+        if "sha256:" + file_digest(part) != digest:
+            os.unlink(part)
+            self.fail("src_in: %s is not the controller's archive (another sha256 than %s): nothing was built; run "
+                      "again" % (sent, digest))
         os.chmod(part, 0o644)
         os.replace(part, src)
 

@@ -321,7 +321,8 @@ def test_a_sent_source_is_installed_only_where_a_build_needs_it(run_module, src,
     prefix = tmp_path / "opt"
     refused = build(run_module, node_copy, prefix, expect_fail=True, src_digest=_digest(archive), src_in=str(sent))
     assert "src_in: %s is not the controller's archive" % sent in refused["msg"] and "nothing was built" in refused["msg"]
-    assert not node_copy.exists() and not (prefix / "current").exists()
+    assert not node_copy.exists() and not os.path.exists(str(node_copy) + ".part")
+    assert not (prefix / "current").exists()
     sent.write_bytes(archive.read_bytes())
     built = build(run_module, node_copy, prefix, src_digest=_digest(archive), src_in=str(sent))
     assert built["action"] == "build" and built["source_installed"] is True and built["needs_source"] is False
