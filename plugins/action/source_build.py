@@ -307,6 +307,7 @@ class ActionModule(ActionBase):
             return None, problem
         handle, part = tempfile.mkstemp(dir=cache, prefix=".%s." % name, suffix=".part")
         os.close(handle)
+        record = final + ".sha256.part"
         try:
             if self._connection.become:
                 slurped = self._execute_module(module_name="ansible.legacy.slurp", module_args=dict(src=remote),
@@ -325,7 +326,6 @@ class ActionModule(ActionBase):
                               "wrote (%s): nothing was put in the controller cache; run again" % (remote, digest,
                                                                                                   expected))
             os.replace(part, final)
-            record = final + ".sha256.part"
             with open(record, "w") as out:
                 out.write("%s  %s\n" % (digest.split(":", 1)[1], name))
             os.chmod(record, 0o600)
@@ -334,8 +334,10 @@ class ActionModule(ActionBase):
             return None, "fetching the build %s into the controller cache %s failed (%s); run again" % (
                 remote, cache, exc)
         finally:
-            if os.path.exists(part):
-                os.unlink(part)
+            # Nothing half-written stays in the cache (an artifact without its record is not counted as cached).
+            for leftover in (part, record):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
         return final, None
 
     def _put_artifact(self, local):
