@@ -110,6 +110,15 @@ def deepep_env(node, pythonpath="", ld_preload="", extra=None, force_ibgda=False
     return result
 
 
+def deepep_env_script_text(env, host, script, generation="v1", legacy_kernels=False):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep import envscript
+
+    if not isinstance(env, dict) or "env" not in env or "path_env" not in env:
+        raise AnsibleFilterError("_deepep_env_script_text expects the result of moe_infra.deepep.deepep_env, got %r"
+                                 % (env,))
+    return envscript.script_text(env, host, script, generation, bool(legacy_kernels))
+
+
 def deepep_inputs(node, settings, cuda_probed=None, nccl_planned=None):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep import build_inputs
 
@@ -205,6 +214,7 @@ class FilterModule(object):
             "nvshmem_hca_list": nvshmem_hca_list_filter,
             "deepep_compat": deepep_compat,
             "deepep_env": deepep_env,
+            "_deepep_env_script_text": deepep_env_script_text,
             "_deepep_node_report": deepep_node_report,
             "_nvshmem_source_plan": nvshmem_source_plan,
             "_nvshmem_source_version": nvshmem_source_version,

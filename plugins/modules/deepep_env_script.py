@@ -14,7 +14,7 @@ description:
   - >-
     Writes O(content) to O(dest) (atomically, through a temporary file in the same directory and a rename) and
     sets O(mode), only when the file's content or mode differs. The C(deepep) role renders the script on the
-    controller from its template and hands it here.
+    controller (moe_infra.deepep._deepep_env_script_text) and hands it here.
   - >-
     Why not M(ansible.builtin.template): an unchanged file costs it two module runs on the node (a stat, then the
     file module for the mode); here an unchanged script is one read.
@@ -51,7 +51,7 @@ EXAMPLES = r"""
 - name: Write the env script
   moe_infra.deepep.deepep_env_script:
     dest: /opt/deepep/env.sh
-    content: "{{ lookup('ansible.builtin.template', 'env.sh.j2') }}"
+    content: "{{ deepep_env | moe_infra.deepep._deepep_env_script_text(inventory_hostname, '/opt/deepep/env.sh') }}"
 """
 
 RETURN = r"""

@@ -134,6 +134,22 @@ def render_lines(result):
     return lines
 
 
+def script_text(result, host, script, generation="v1", legacy_kernels=False):
+    """The env script the deepep role writes: a header that says what it is and whether the IBGDA variables are in
+    it, then render_lines' lines."""
+    if result.get("ibgda"):
+        ibgda = "exported (GPU-to-NIC mapping found)"
+    elif generation == "v2" and not legacy_kernels:
+        ibgda = "left out (DeepEP V2 without its legacy kernels)"
+    else:
+        ibgda = "left out (no RDMA port; KF36)"
+    header = ["# shellcheck shell=bash",
+              "# Ansible managed",
+              "# DeepEP runtime environment for %s: `. %s`." % (host, script),
+              "# Sourcing it twice is harmless. IBGDA variables: %s." % ibgda]
+    return "\n".join(header + list(result.get("lines") or render_lines(result))) + "\n"
+
+
 def process_env(result):
     """Environment for processes started directly (tests): plain values, search paths as given."""
     merged = dict(result["env"])

@@ -109,3 +109,35 @@ def test_deepep_tests_per_version():
     assert [t["test"] for t in F["_deepep_tests"]("v2", False)] == ["elastic_ep", "elastic_barrier"]
     with pytest.raises(AnsibleFilterError, match="expected the DeepEP version v1 or v2, got 'v3'"):
         F["_deepep_tests"]("v3")
+
+
+ENV = {"env": {"NVSHMEM_IB_ENABLE_IBGDA": "1", "DEEP_EP_HCA_MAP": "0:mlx5_0:1"}, "path_env": {"PYTHONPATH": "/opt/deepep/src"},
+       "jit_env": {}, "ibgda": True, "notes": []}
+
+
+def test_env_script_text_is_the_header_then_the_exports():
+    text = F["_deepep_env_script_text"](dict(ENV), "node1", "/opt/deepep/env.sh")
+    lines = text.splitlines()
+    assert lines[:4] == ["# shellcheck shell=bash", "# Ansible managed",
+                         "# DeepEP runtime environment for node1: `. /opt/deepep/env.sh`.",
+                         "# Sourcing it twice is harmless. IBGDA variables: exported (GPU-to-NIC mapping found)."]
+    assert lines[4:6] == ["export DEEP_EP_HCA_MAP='0:mlx5_0:1'", "export NVSHMEM_IB_ENABLE_IBGDA='1'"]
+    assert lines[6].startswith('case ":${PYTHONPATH:-}:" in *:\'/opt/deepep/src\':*) ;;')
+    assert text.endswith("\n") and len(lines) == 7
+
+
+@pytest.mark.parametrize("generation, legacy, why", [
+    ("v2", False, "left out (DeepEP V2 without its legacy kernels)"),
+    ("v2", True, "left out (no RDMA port; KF36)"),
+    ("v1", False, "left out (no RDMA port; KF36)"),
+])
+def test_env_script_text_says_why_the_ibgda_variables_are_left_out(generation, legacy, why):
+    text = F["_deepep_env_script_text"](dict(ENV, ibgda=False), "n", "/e.sh", generation, legacy)
+    assert text.splitlines()[3] == "# Sourcing it twice is harmless. IBGDA variables: %s." % why
+
+
+def test_env_script_text_takes_lines_the_env_filter_rendered_and_rejects_other_input():
+    text = F["_deepep_env_script_text"](dict(ENV, lines=["export A=1"]), "n", "/e.sh")
+    assert text.splitlines()[4:] == ["export A=1"]
+    with pytest.raises(AnsibleFilterError, match="result of moe_infra.deepep.deepep_env"):
+        F["_deepep_env_script_text"]({"lines": []}, "n", "/e.sh")
