@@ -3,7 +3,9 @@
 - set_fact share: set_fact tasks among all tasks of roles/*/tasks and roles/*/handlers (blocks counted by their
   tasks, not as tasks);
 - brace-Jinja share: non-blank, non-comment lines with "{{" among those of the same files;
-- the run-state protocol variables still named in roles/ and playbooks/ (preflight_node_stale, ...)."""
+- the run-state protocol variables still named in roles/ and playbooks/ (preflight_node_stale, ...);
+- where the brace-Jinja lines are: by kind (an option that only passes a variable on, the same with one filter, a
+  task name, the rest: expressions) and the ten files with the most."""
 import glob
 import os
 import re
@@ -29,7 +31,12 @@ def walk(items, counts):
             counts["set_fact"] += 1
 
 
+PLAIN = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \}\}"$')
+ONE_FILTER = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \| [a-z_]+(\([^()]*\))? \}\}"$')
+NAME = re.compile(r"^\s*(- )?name: ")
 counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0}
+kinds = {"plain": 0, "one filter": 0, "task name": 0, "expression": 0}
+per_file = {}
 files = sorted(glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml"))
                + glob.glob(os.path.join(ROOT, "roles", "*", "handlers", "*.yml")))
 for path in files:
@@ -39,7 +46,13 @@ for path in files:
     for line in text.splitlines():
         if line.strip() and not line.strip().startswith("#"):
             counts["lines"] += 1
-            counts["brace"] += "{{" in line
+            if "{{" in line:
+                counts["brace"] += 1
+                per_file[os.path.relpath(path, ROOT)] = per_file.get(os.path.relpath(path, ROOT), 0) + 1
+                kind = ("plain" if PLAIN.match(line) else "one filter" if ONE_FILTER.match(line)
+                        else "task name" if NAME.match(line) and ": " in line and "{{" in line.split(": ", 1)[1]
+                        else "expression")
+                kinds[kind] += 1
 mentions = {}
 for path in glob.glob(os.path.join(ROOT, "roles", "**", "*.yml"), recursive=True) + glob.glob(
         os.path.join(ROOT, "playbooks", "*.yml")):
@@ -56,3 +69,6 @@ print("brace-Jinja: %d of %d lines = %.1f %% (goal <= 22 %%)" % (
     counts["brace"], counts["lines"], 100.0 * counts["brace"] / counts["lines"]))
 print("run-state protocol variables named: %s" % (", ".join(
     "%s %d" % (name, mentions[name]) for name in PROTOCOL if name in mentions) or "none"))
+print("brace-Jinja lines by kind: %s" % ", ".join("%s %d" % item for item in kinds.items()))
+print("most brace-Jinja lines: %s" % ", ".join(
+    "%s %d" % item for item in sorted(per_file.items(), key=lambda item: (-item[1], item[0]))[:10]))
