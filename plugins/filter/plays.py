@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
+
 # What the filters and the action plugins import when called, in the workers of nearly every task of a run.
 CONTROLLER_MODULE_UTILS = (
     "report.site_validate", "report.layer_plan", "report.doctor", "report.cluster_report_writer", "build.fanout",
@@ -26,16 +28,27 @@ CONTROLLER_MODULE_UTILS = (
 PENDING_GROUP = "deepep_reboot_pending"
 
 
-def deepep_play_hosts(groups):
+def deepep_play_hosts(groups, run_tags=None, skip_tags=None, layers=None, pending=False):
     """groups -> the host pattern of a play: every host but those left waiting for a reboot (deepep_reboot: never
-    puts them in the group deepep_reboot_pending)."""
+    puts them in the group deepep_reboot_pending; pending=True keeps them: the system layers reboot them).
+    With layers: no host at all when the run's --tags / --skip-tags (run_tags, skip_tags) select none of them,
+    so that a play with nothing to do starts no task on any host (a --tags deepep run and the system layers)."""
     if not isinstance(groups, Mapping):
         raise AnsibleFilterError("_deepep_play_hosts: expected the groups of the inventory, got %r" % (groups,))
+    if layers is not None:
+        if isinstance(layers, str) or not all(isinstance(layer, str) for layer in layers):
+            raise AnsibleFilterError("_deepep_play_hosts: layers must be a list of layer names, got %r" % (layers,))
+        unknown = [layer for layer in layers if layer not in site_validate.LAYER_NAMES]
+        if unknown:
+            raise AnsibleFilterError("_deepep_play_hosts: no such layer %s; accepted: %s" % (
+                ", ".join(unknown), ", ".join(site_validate.LAYER_NAMES)))
+        if not set(layers) & set(site_validate.run_layers(run_tags, skip_tags)):
+            return []
     for name in CONTROLLER_MODULE_UTILS:
         importlib.import_module("ansible_collections.moe_infra.deepep.plugins.module_utils." + name)
     # And the roles' argument specs validate.yml checks each host's variables against, read once.
     importlib.import_module("ansible_collections.moe_infra.deepep.plugins.plugin_utils.role_specs").role_options()
-    return "all:!%s" % PENDING_GROUP if PENDING_GROUP in groups else "all"
+    return "all:!%s" % PENDING_GROUP if PENDING_GROUP in groups and not pending else "all"
 
 
 class FilterModule(object):

@@ -379,6 +379,8 @@ LAYERS = (
     ("deepep", ("deepep",), ("deepep_python", "deepep_preflight", "deepep_build", "deepep_env", "deepep_verify")),
 )
 
+LAYER_NAMES = tuple(layer for layer, _tags, _steps in LAYERS)
+
 
 def run_layers(run_tags, skip_tags):
     """The layers whose tasks a run with these --tags / --skip-tags runs, in order (Ansible's rules: "all" and

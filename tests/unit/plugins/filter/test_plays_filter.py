@@ -61,3 +61,36 @@ def test_it_imports_what_the_filters_and_action_plugins_import_when_called():
                         imported.add(module)
     assert {"report.site_validate", "build.build_state", "deepep.envscript"} <= imported
     assert imported - loaded == {"gcp.gcp_rollout", "report.nic_traffic"}
+
+
+SYSTEM = ["doca_ofed", "cuda", "nvidia_driver", "nvidia_peermapping", "memlock", "gdrcopy"]
+
+
+@pytest.mark.parametrize("run_tags, skip_tags, hosts", [
+    (["all"], [], "all"),
+    (["deepep"], [], []),  # a build-only run: the system layers' plays start no task
+    (["nvshmem_ibgda", "deepep_build"], [], []),
+    (["gdrcopy"], [], "all"),
+    (["system"], [], "all"),
+    (["all"], ["system"], []),  # every system layer skipped by their common tag
+    (["all"], ["cuda"], "all"),
+    (["preflight"], [], []),
+])
+def test_a_play_of_layers_the_run_does_not_select_gets_no_host(run_tags, skip_tags, hosts):
+    assert PLAY_HOSTS({"all": ["n1"]}, run_tags, skip_tags, layers=SYSTEM, pending=True) == hosts
+
+
+def test_pending_keeps_the_hosts_waiting_for_a_reboot():
+    groups = {"all": ["n1", "n2"], "deepep_reboot_pending": ["n2"]}
+    assert PLAY_HOSTS(groups, ["all"], [], layers=SYSTEM, pending=True) == "all"
+    assert PLAY_HOSTS(groups, ["all"], [], layers=["deepep"]) == "all:!deepep_reboot_pending"
+
+
+@pytest.mark.parametrize("layers, message", [
+    ("cuda", "layers must be a list of layer names"),
+    (["cuda", 3], "layers must be a list of layer names"),
+    (["cuda", "kernel"], "no such layer kernel; accepted: doca_ofed, cuda"),
+])
+def test_a_layer_list_that_names_no_layer_is_refused(layers, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        PLAY_HOSTS({"all": ["n1"]}, ["all"], [], layers=layers)
