@@ -16,8 +16,6 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
-
 # What the filters and the action plugins import when called, in the workers of nearly every task of a run.
 CONTROLLER_MODULE_UTILS = (
     "report.site_validate", "report.layer_plan", "report.doctor", "report.cluster_report_writer", "build.fanout",
@@ -36,6 +34,9 @@ def deepep_play_hosts(groups, run_tags=None, skip_tags=None, layers=None, pendin
     if not isinstance(groups, Mapping):
         raise AnsibleFilterError("_deepep_play_hosts: expected the groups of the inventory, got %r" % (groups,))
     if layers is not None:
+        # Here, not at the top: ansible-core imports every filter file to find any one filter (the note above).
+        from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
+
         if isinstance(layers, str) or not all(isinstance(layer, str) for layer in layers):
             raise AnsibleFilterError("_deepep_play_hosts: layers must be a list of layer names, got %r" % (layers,))
         unknown = [layer for layer in layers if layer not in site_validate.LAYER_NAMES]
