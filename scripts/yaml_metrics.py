@@ -5,7 +5,9 @@
 - brace-Jinja share: non-blank, non-comment lines with "{{" among those of the same files;
 - the run-state protocol variables still named in roles/ and playbooks/ (preflight_node_stale, ...);
 - where the brace-Jinja lines are: by kind (an option that only passes a variable on, the same with one filter, a
-  task name, the rest: expressions) and the ten files with the most."""
+  task name, the rest: expressions) and the ten files with the most;
+- the lines that are one plain item of a block-style list (`- some_tag` under `tags:`, one condition under `when:`):
+  a style that adds lines without braces, for comparing trees written in flow style (`tags: [a, b]`)."""
 import glob
 import os
 import re
@@ -34,7 +36,8 @@ def walk(items, counts):
 PLAIN = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \}\}"$')
 ONE_FILTER = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \| [a-z_]+(\([^()]*\))? \}\}"$')
 NAME = re.compile(r"^\s*- name: ")  # a task's name (a module's name option has no "- ")
-counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0}
+LIST_ITEM = re.compile(r"^\s+- [A-Za-z0-9_.\"'/ =!-]+$")
+counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0, "list_items": 0}
 kinds = {"plain": 0, "one filter": 0, "task name": 0, "expression": 0}
 per_file = {}
 files = sorted(glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml"))
@@ -46,6 +49,7 @@ for path in files:
     for line in text.splitlines():
         if line.strip() and not line.strip().startswith("#"):
             counts["lines"] += 1
+            counts["list_items"] += bool(LIST_ITEM.match(line))
             if "{{" in line:
                 counts["brace"] += 1
                 per_file[os.path.relpath(path, ROOT)] = per_file.get(os.path.relpath(path, ROOT), 0) + 1
@@ -70,5 +74,6 @@ print("brace-Jinja: %d of %d lines = %.1f %% (goal <= 22 %%)" % (
 print("run-state protocol variables named: %s" % (", ".join(
     "%s %d" % (name, mentions[name]) for name in PROTOCOL if name in mentions) or "none"))
 print("brace-Jinja lines by kind: %s" % ", ".join("%s %d" % item for item in kinds.items()))
+print("one-item block-list lines: %d of %d" % (counts["list_items"], counts["lines"]))
 print("most brace-Jinja lines: %s" % ", ".join(
     "%s %d" % item for item in sorted(per_file.items(), key=lambda item: (-item[1], item[0]))[:10]))
