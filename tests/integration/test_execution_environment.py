@@ -46,10 +46,13 @@ def test_ansible_builder_renders_the_context_and_finds_the_collections_requireme
     assert {"name": "/build/moe_infra-deepep.tar.gz", "type": "file"} in galaxy["collections"]
     assert (context / "_build" / "collection" / "moe_infra-deepep.tar.gz").is_file()
 
-    # The galaxy stage: install the collection; the builder stage: introspect what it declares.
+    # The galaxy stage: install the collection; the builder stage: introspect what it declares. Only the stage's
+    # own path counts: a copy of the collection already in ~/.ansible (molecule's or a user's) would make
+    # ansible-galaxy install nothing here ("already installed").
     collections = tmp_path / "collections"
     run(os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline", "-p", str(collections),
-        str(context / "_build" / "collection" / "moe_infra-deepep.tar.gz"))
+        str(context / "_build" / "collection" / "moe_infra-deepep.tar.gz"),
+        env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections)))
     pip, bindep = tmp_path / "pip.txt", tmp_path / "bindep.txt"
     run(sys.executable, str(context / "_build" / "scripts" / "introspect.py"), "introspect", str(collections),
         "--user-pip", str(context / "_build" / "requirements.txt"), "--write-pip", str(pip), "--write-bindep",
