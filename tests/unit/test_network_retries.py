@@ -45,8 +45,8 @@ def test_the_roles_network_tasks_are_found():
 def test_every_network_task_retries_with_the_site_settings():
     missing = [(path, name) for path, name, task in network_tasks()
                if not (str(task.get("until", "")).startswith(task.get("register", "?") + " is succeeded")
-                       and task.get("retries") == "{{ deepep_network_retries | default(3) }}"
-                       and task.get("delay") == "{{ deepep_network_retry_delay | default(10) }}")]
+                       and task.get("retries") == "{{ deepep_network_retries }}"
+                       and task.get("delay") == "{{ deepep_network_retry_delay }}")]
     assert missing == []
 
 

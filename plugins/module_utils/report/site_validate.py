@@ -59,22 +59,17 @@ def deepep_ref_generation(ref):
 
 
 SPEC_KEYS = ("type", "elements", "choices", "options")
-# Read by several roles through their own defaults (build_prerequisites_install, ...).
-SITE_BOOLS = ("deepep_install_prerequisites",)
-# Site-wide counts read by several roles (seconds or tries, 0 or more).
+# The settings role's counts (seconds or tries): its spec says int, these must also be 0 or more.
 SITE_COUNTS = ("deepep_lock_timeout", "deepep_network_retries", "deepep_network_retry_delay")
-# Site-wide proxies (play-level environment: apt, pip, git and downloads use them).
+# The settings role's proxies (play-level environment: apt, pip, git and downloads use them), as URLs.
 SITE_PROXIES = ("deepep_http_proxy", "deepep_https_proxy")
 PROXY_RE = re.compile(r"^https?://[^\s/'\"]+/?$")
 NO_PROXY_RE = re.compile(r"^[A-Za-z0-9.*:/_\[\]-]+(,[A-Za-z0-9.*:/_\[\]-]+)*$")
 
 
 def site_wide_problems(site_vars):
-    """The site-wide switches, counts and proxies no single role documents."""
+    """What the settings role's spec cannot say of its counts and proxies (0 or more; a URL; a host list)."""
     problems = []
-    for var in SITE_BOOLS:
-        if var in site_vars:
-            problems.extend(spec_problems({var: site_vars[var]}, {var: {"type": "bool"}}))
     for var in SITE_COUNTS:
         if var in site_vars and not re.match(r"^\d+$", str(site_vars[var]).strip()):
             problems.append(_problem(var, site_vars[var], "a whole number, 0 or more"))
@@ -226,7 +221,7 @@ def validate(site_vars, isdir=None, exists=None, options=None):
             except ArchError as exc:
                 problems.append(_problem(var, value, "compute capabilities like 9.0 or 10.0, or GPU names",
                                          str(exc)))
-    # Site-wide switches no single role documents.
+    # The settings role's counts and proxies.
     problems.extend(site_wide_problems(site_vars))
     # Type checks last, for the variables no check above named (one problem per variable is enough).
     named = set(problem["var"] for problem in problems)
