@@ -49,6 +49,15 @@ def test_defaults_and_argument_specs_agree(role):
     defaults = {k: v for k, v in (load(role, "defaults", "main.yml") or {}).items() if not k.startswith("__")}
     options = spec_options(role)
     problems = []
+    # A layer's choices that others read before its role runs are defaulted by the settings role (one home) and
+    # documented in both specs, alike.
+    settings = load("settings", "defaults", "main.yml") or {}
+    settings_options = spec_options("settings")
+    for name in sorted(set(options) - set(defaults)):
+        if role != "settings" and name in settings:
+            if options[name] != settings_options.get(name):
+                problems.append("%s is documented differently here and in the settings role" % name)
+            defaults[name] = settings[name]
     for name in sorted(set(defaults) - set(options)):
         problems.append("%s is in defaults/main.yml but not in meta/argument_specs.yml" % name)
     for name, option in sorted(options.items()):
