@@ -15,6 +15,10 @@ description:
     release (C(13.0)), the full version from C(version.json) when present, and whether the CUDA 13
     CCCL include directory (C(include/cccl)) exists, which DeepEP V1 needs on C(CPATH).
   - Read-only; never reports a change.
+deprecated:
+  removed_in: 1.0.0
+  why: moe_infra.deepep.deepep_facts reads this part of a node, and any other, in one module.
+  alternative: moe_infra.deepep.deepep_facts with gather_subset [cuda], which returns it under deepep.cuda.
 author:
   - moe_infra maintainers (@moe-infra)
 options:

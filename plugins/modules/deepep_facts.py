@@ -18,7 +18,7 @@ description:
     toolkit, a reboot) gathers it again right after with O(same_as), so the layers after it read the node as it is
     now. A layer
     reads on its own only where it is told to read elsewhere (its own C(sysfs_root), C(cuda_home), ...), as the facts
-    say where they were read (C(read_from)).
+    say where they were read (C(read_from)), with O(gather_subset), only the parts it needs, not as facts.
   - A hand-written mapping that names a GPU or a port the node does not have fails the task, naming the entry and
     what is accepted; nothing is changed.
   - Read-only; never reports a change.
@@ -124,9 +124,31 @@ options:
         type: list
         elements: path
         default: []
+  gather_subset:
+    description:
+      - What to read. V(all) reads everything and returns it as C(ansible_facts.deepep), with the layer plan and
+        what O(preflight_checks), O(interpreter) and O(builds) ask for.
+      - Any other list reads only those parts (C(gpu), the GPUs; C(rdma), the RDMA HCAs and rdma-core;
+        C(topology), the GPU-to-NIC mapping; C(cuda), the CUDA toolkit; C(driver_params), the NVIDIA driver
+        settings; C(compiler), gcc) with the other options, and returns them under RV(deepep), not as facts, so a
+        layer reading its own trees (its C(cuda_home), another C(sysfs_root)) or reading again after a change of
+        its own leaves the node's reading as it is. Such a reading takes none of O(hca_mapping), O(cuda_version),
+        O(preflight_checks), O(interpreter) and O(builds) (they need the whole node).
+    type: list
+    elements: str
+    choices: [all, gpu, rdma, topology, cuda, driver_params, compiler]
+    default: [all]
+  wait_for_active:
+    description:
+      - Seconds to keep reading the RDMA HCAs (every 2 s) until every HCA has an C(ACTIVE) port and every active
+        RoCE port its RoCE v2 IPv4 GID (links come up a while after a boot). C(rdma.waited_seconds) says how long it
+        waited. 0 reads once. Not recorded in C(read_from).
+    type: int
+    default: 0
   same_as:
     description:
-      - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options.
+      - Read again with the options an earlier reading recorded (its C(read_from)), in place of the other options
+        (but for O(gather_subset) and O(wait_for_active)).
         A layer that changed the node passes C(ansible_facts.deepep.read_from) and needs none of the preflight
         role's settings.
       - An unknown key fails the task.
@@ -150,12 +172,23 @@ EXAMPLES = r"""
       {{ ansible_facts.deepep.gpu.gpu_count }} GPUs; {{ ansible_facts.deepep.topology.deepep_device_to_hca_mapping }};
       {{ ansible_facts.deepep.layers | map(attribute='layer') | zip(ansible_facts.deepep.layers
          | map(attribute='status')) | map('join', '=') | join(', ') }}
+
+- name: Read only the GPUs and the driver settings, after this layer's reboot, leaving the facts as they are
+  moe_infra.deepep.deepep_facts:
+    gather_subset: [gpu, driver_params]
+  register: after_reboot
+
+- name: Read the HCAs until their links are up (at most 2 minutes)
+  moe_infra.deepep.deepep_facts:
+    gather_subset: [rdma]
+    wait_for_active: 120
+  register: hcas
 """
 
 RETURN = r"""
 ansible_facts:
   description: The node as read now.
-  returned: always
+  returned: with O(gather_subset) V(all)
   type: dict
   contains:
     deepep:
@@ -179,7 +212,15 @@ ansible_facts:
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
-      returned: always
+      returned: with O(gather_subset) V(all)
+deepep:
+  description:
+    - With a O(gather_subset) other than V(all), the parts it names, each as C(ansible_facts.deepep) has it
+      (C(rdma.waited_seconds) with O(wait_for_active)), and C(read_from), the options it was read with (those a
+      reading of parts takes).
+  returned: with a O(gather_subset) other than V(all)
+  type: dict
+  sample: {"cuda": {"found": true, "release": "13.0", "nvcc": "/usr/local/cuda/bin/nvcc"}}
 """
 
 import os
@@ -190,7 +231,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state import read_builds
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor_evidence import PREFLIGHT_OPTIONS, preflight_checks
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, read_node
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, NODE_PARTS, read_node
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import apply_manual_mapping
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import read_stack
 
@@ -202,6 +243,9 @@ INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
 BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(type="list", elements="str", default=[]),
                       build_user=dict(type="str", default=""), digests=dict(type="list", elements="path", default=[]))
 
+# What only a whole reading (gather_subset all) takes: they need every part.
+WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds")
+
 READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
                     preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS),
                     interpreter=dict(type="dict", options=INTERPRETER_OPTIONS),
@@ -209,7 +253,10 @@ READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(READ_OPTIONS, same_as=dict(type="dict")), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(
+        READ_OPTIONS, same_as=dict(type="dict"),
+        gather_subset=dict(type="list", elements="str", default=["all"], choices=["all"] + list(NODE_PARTS)),
+        wait_for_active=dict(type="int", default=0)), supports_check_mode=True)
     p = dict((name, module.params[name]) for name in READ_OPTIONS)
     if module.params["same_as"] is not None:
         unknown = sorted(set(module.params["same_as"]) - set(READ_OPTIONS))
@@ -218,7 +265,17 @@ def main():
                              "ansible_facts.deepep (%s)" % (", ".join(unknown), ", ".join(sorted(READ_OPTIONS))))
         p = dict((name, spec.get("default")) for name, spec in READ_OPTIONS.items())
         p.update(module.params["same_as"])
-    node = read_node(module, p)
+    subset = module.params["gather_subset"]
+    if "all" not in subset:
+        whole_node = [name for name in WHOLE_NODE_OPTIONS if p[name] not in (None, "", [])]
+        if whole_node and module.params["same_as"] is None:
+            module.fail_json(msg="%s: read with gather_subset all (they need the whole node); gather_subset %s reads "
+                             "only those parts. Nothing was changed." % (", ".join(whole_node), ", ".join(subset)))
+        reading = read_node(module, p, subset, module.params["wait_for_active"])
+        # An earlier whole reading's same_as names them too: they were not read now.
+        reading["read_from"] = dict((name, value) for name, value in p.items() if name not in WHOLE_NODE_OPTIONS)
+        module.exit_json(changed=False, deepep=reading)
+    node = read_node(module, p, wait_for_active=module.params["wait_for_active"])
     if p["hca_mapping"] not in (None, "", []):
         node["topology"], problems = apply_manual_mapping(node["topology"], p["hca_mapping"],
                                                           node["gpu"]["gpu_count"], node["rdma"]["hcas"])

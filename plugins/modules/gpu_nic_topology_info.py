@@ -22,6 +22,10 @@ description:
   - Ports that are not ACTIVE, ports of the other link layer and excluded HCAs are not used.
     No usable port gives an empty mapping and a message, not a failure.
   - Read-only; never reports a change.
+deprecated:
+  removed_in: 1.0.0
+  why: moe_infra.deepep.deepep_facts reads this part of a node, and any other, in one module.
+  alternative: moe_infra.deepep.deepep_facts with gather_subset [topology], which returns it under deepep.topology.
 author:
   - moe_infra maintainers (@moe-infra)
 options:

@@ -20,6 +20,10 @@ description:
   - Returns the CUDA arch list to build for in the forms PyTorch (C(TORCH_CUDA_ARCH_LIST)) and CMake
     (C(CMAKE_CUDA_ARCHITECTURES)) take.
   - Read-only; never reports a change.
+deprecated:
+  removed_in: 1.0.0
+  why: moe_infra.deepep.deepep_facts reads this part of a node, and any other, in one module.
+  alternative: moe_infra.deepep.deepep_facts with gather_subset [gpu], which returns it under deepep.gpu.
 author:
   - moe_infra maintainers (@moe-infra)
 options:

@@ -18,6 +18,10 @@ description:
     version (C(ofed_info -s)) and whether the rdma-core headers declare
     C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT), which IBGDA builds need.
   - Read-only; never reports a change.
+deprecated:
+  removed_in: 1.0.0
+  why: moe_infra.deepep.deepep_facts reads this part of a node, and any other, in one module.
+  alternative: moe_infra.deepep.deepep_facts with gather_subset [rdma], which returns it under deepep.rdma.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -171,22 +175,9 @@ mellanox_pci_devices:
   sample: ["0000:04:00.0"]
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import rdma_info
-
-
-def links_ready(info):
-    """Every HCA has an ACTIVE port, and every ACTIVE RoCE port its RoCE v2 IPv4 GID (what the layers use)."""
-    for hca in info.get("hcas") or []:
-        active = [port for port in hca.get("ports") or [] if port.get("state") == "ACTIVE"]
-        if not active:
-            return False
-        if any(port.get("link_layer") == "Ethernet" and port.get("roce_v2_ipv4_gid_index") is None for port in active):
-            return False
-    return True
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import rdma_info_when_ready
 
 
 def main():
@@ -198,15 +189,8 @@ def main():
         ),
         supports_check_mode=True,
     )
-    started = time.time()
-    deadline = started + max(module.params["wait_for_active"], 0)
-    while True:
-        info = rdma_info(module, module.params["sysfs_root"], module.params["include_dirs"])
-        if links_ready(info) or time.time() >= deadline:
-            break
-        time.sleep(2)
-    waited = time.time() - started
-    module.exit_json(changed=False, waited_seconds=round(waited, 1) if waited >= 1 else 0, **info)
+    p = module.params
+    module.exit_json(changed=False, **rdma_info_when_ready(module, p["sysfs_root"], p["include_dirs"], p["wait_for_active"]))
 
 
 if __name__ == "__main__":

@@ -43,9 +43,9 @@ def test_layer_plan(name, report):
 
 
 def test_module_over_the_connection_matches(host, name):
-    result = host.ansible("moe_infra.deepep.gpu_nic_topology_info", "sysfs_root=/opt/moe-fixtures/sys",
+    result = host.ansible("moe_infra.deepep.deepep_facts", "gather_subset=topology sysfs_root=/opt/moe-fixtures/sys",
                           check=True)
-    assert result["deepep_device_to_hca_mapping"] == EXPECTED_MAPPING[name]
+    assert result["deepep"]["topology"]["deepep_device_to_hca_mapping"] == EXPECTED_MAPPING[name]
     assert result["changed"] is False
 
 

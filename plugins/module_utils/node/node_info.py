@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.cuda_arch import (
     cmake_cuda_architectures,
@@ -224,21 +225,54 @@ def gcc_version(module):
     return out.strip()
 
 
-def read_node(module, params):
-    """GPUs, RDMA HCAs, the GPU-to-NIC mapping, the CUDA toolkit, the driver settings and the compiler, read with
-    NODE_OPTIONS' params: {gpu, rdma, topology, cuda, driver_params, compiler}."""
+# The parts read_node reads, in its order (deepep_facts' gather_subset choices besides all).
+NODE_PARTS = ("gpu", "rdma", "topology", "cuda", "driver_params", "compiler")
+
+
+def links_ready(rdma):
+    """Every HCA has an ACTIVE port, and every ACTIVE RoCE port its RoCE v2 IPv4 GID (what the layers use)."""
+    for hca in rdma.get("hcas") or []:
+        active = [port for port in hca.get("ports") or [] if port.get("state") == "ACTIVE"]
+        if not active:
+            return False
+        if any(port.get("link_layer") == "Ethernet" and port.get("roce_v2_ipv4_gid_index") is None for port in active):
+            return False
+    return True
+
+
+def rdma_info_when_ready(module, sysfs_root, include_dirs, wait_for_active):
+    """rdma_info, read again every 2 s until links_ready or wait_for_active seconds passed; with waited_seconds."""
+    started = time.time()
+    deadline = started + max(wait_for_active, 0)
+    while True:
+        info = rdma_info(module, sysfs_root, include_dirs)
+        if links_ready(info) or time.time() >= deadline:
+            break
+        time.sleep(2)
+    waited = time.time() - started
+    info["waited_seconds"] = round(waited, 1) if waited >= 1 else 0
+    return info
+
+
+def read_node(module, params, parts=NODE_PARTS, wait_for_active=0):
+    """GPUs, RDMA HCAs, the GPU-to-NIC mapping, the CUDA toolkit, the driver settings and the compiler (those of
+    NODE_PARTS in parts), read with NODE_OPTIONS' params: {gpu, rdma, topology, cuda, driver_params, compiler}.
+    With wait_for_active, the HCAs are read until their links are up, for at most that many seconds (and rdma says
+    how long: waited_seconds)."""
     desired = {}
     for option in ("registry_dwords", "module_params"):
         desired[option], error = desired_settings(option, params[option])
         if error:
             module.fail_json(msg=error)
-    return dict(
-        gpu=gpu_info(module, params["sysfs_root"], params["nvidia_smi"]),
-        rdma=rdma_info(module, params["sysfs_root"], params["include_dirs"]),
-        topology=topology_info(module, params["sysfs_root"], params["hca_include"], params["hca_exclude"],
-                               params["link_layer"]),
-        cuda=cuda_info(module, params["cuda_home"]),
-        driver_params=query_driver_params(params["procfs_root"], params["modprobe_dir"], CONF_NAME,
-                                          desired["registry_dwords"], desired["module_params"]),
-        compiler=dict(gcc_version=gcc_version(module)),
+    readers = dict(
+        gpu=lambda: gpu_info(module, params["sysfs_root"], params["nvidia_smi"]),
+        rdma=lambda: (rdma_info_when_ready(module, params["sysfs_root"], params["include_dirs"], wait_for_active)
+                      if wait_for_active > 0 else rdma_info(module, params["sysfs_root"], params["include_dirs"])),
+        topology=lambda: topology_info(module, params["sysfs_root"], params["hca_include"], params["hca_exclude"],
+                                       params["link_layer"]),
+        cuda=lambda: cuda_info(module, params["cuda_home"]),
+        driver_params=lambda: query_driver_params(params["procfs_root"], params["modprobe_dir"], CONF_NAME,
+                                                  desired["registry_dwords"], desired["module_params"]),
+        compiler=lambda: dict(gcc_version=gcc_version(module)),
     )
+    return dict((part, readers[part]()) for part in NODE_PARTS if part in parts)

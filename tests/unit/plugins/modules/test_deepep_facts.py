@@ -222,3 +222,68 @@ def test_the_preflight_outcome_reports_each_layer_and_says_why_a_host_stops(run_
     assert stop.startswith("No NVIDIA GPU under /fixture/sys/bus/pci/devices on node1: nothing was changed. Layers: "
                            "doca_ofed=") and "run playbooks/facts.yml (make facts)" in stop
     assert deepep_preflight_outcome(no_gpu, "node1", None, False)["stop"] == ""
+
+
+def test_a_subset_is_read_alone_and_returned_not_as_facts(run_module, tmp_path):
+    """gather_subset other than all: only those parts, under deepep, so the node's facts stay as they are."""
+    machines.gcp_b200(tmp_path)
+    whole, failed = gather(run_module, tmp_path, include_dirs=[str(tmp_path / "include")])
+    assert not failed, whole
+    part, failed = gather(run_module, tmp_path, include_dirs=[str(tmp_path / "include")], gather_subset=["gpu", "cuda"])
+    assert not failed and part["changed"] is False, part
+    assert "ansible_facts" not in part
+    assert sorted(part["deepep"]) == ["cuda", "gpu", "read_from"]
+    facts = whole["ansible_facts"]["deepep"]
+    assert part["deepep"]["gpu"] == facts["gpu"] and part["deepep"]["cuda"] == facts["cuda"]
+    assert part["deepep"]["gpu"]["gpu_count"] == 8
+    assert part["deepep"]["read_from"] == dict(
+        (name, value) for name, value in facts["read_from"].items()
+        if name not in ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds"))
+
+
+def test_a_subset_refuses_what_needs_the_whole_node(run_module, tmp_path):
+    machines.gcp_b200(tmp_path)
+    result, failed = gather(run_module, tmp_path, gather_subset=["rdma"], hca_mapping="0:rocep6s0:1",
+                            cuda_version="13.0")
+    assert failed and result["msg"] == (
+        "hca_mapping, cuda_version: read with gather_subset all (they need the whole node); gather_subset rdma "
+        "reads only those parts. Nothing was changed."), result
+
+
+def test_a_subset_with_same_as_reads_the_trees_of_an_earlier_reading(run_module, tmp_path):
+    """A layer reading again after its own change passes the facts' read_from: the mapping and the plan, which
+    a part does not read, are left out, not refused."""
+    machines.gcp_b200(tmp_path)
+    first, failed = gather(run_module, tmp_path, hca_mapping="0:rocep6s0:1", cuda_version="13.0")
+    assert not failed, first
+    recorded = first["ansible_facts"]["deepep"]["read_from"]
+    again, failed = run_module(deepep_facts, dict(same_as=recorded, gather_subset=["topology", "rdma"]))
+    assert not failed, again
+    assert again["deepep"]["rdma"] == first["ansible_facts"]["deepep"]["rdma"]
+    assert again["deepep"]["topology"]["deepep_device_to_hca_mapping"] != "0:rocep6s0:1"  # the discovered one
+    assert first["ansible_facts"]["deepep"]["topology"]["deepep_device_to_hca_mapping"] == "0:rocep6s0:1"
+    assert again["deepep"]["read_from"]["sysfs_root"] == str(tmp_path)
+    assert "hca_mapping" not in again["deepep"]["read_from"]
+
+
+def test_wait_for_active_reads_the_hcas_again_until_their_links_are_up(run_module, tmp_path):
+    """After a reboot a port is DOWN for a while: the reading waits for it (a thread brings it up 3 s in)."""
+    import threading
+    import time
+    machines.one_port_down(tmp_path)
+    (state,) = list(tmp_path.glob("devices/**/infiniband/mlx5_1/ports/1/state"))
+    timer = threading.Timer(3, lambda: state.write_text("4: ACTIVE\n"))
+    timer.start()
+    started = time.time()
+    try:
+        result, failed = gather(run_module, tmp_path, gather_subset=["rdma"], include_dirs=[], wait_for_active=60)
+    finally:
+        timer.cancel()
+    assert not failed, result
+    ports = [hca["ports"][0]["state"] for hca in result["deepep"]["rdma"]["hcas"]]
+    assert ports == ["ACTIVE"] * 4 and 2 <= result["deepep"]["rdma"]["waited_seconds"] < 30
+    assert time.time() - started < 30
+    state.write_text("1: DOWN\n")
+    result, failed = gather(run_module, tmp_path, gather_subset=["rdma"], include_dirs=[])
+    assert not failed and "waited_seconds" not in result["deepep"]["rdma"]  # read once, as the facts read it
+    assert result["deepep"]["rdma"]["hcas"][1]["ports"][0]["state"] == "DOWN"
