@@ -71,13 +71,13 @@ def deepep_fanout_report(roles, plans, label):
 
 
 def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dirs=None, source=None):
-    """rdma_hca_info's result -> [{var, value, accepted, msg}]: nvshmem_ibgda_method=source without IBGDA-capable
+    """The RDMA reading (rdma of deepep_facts) -> [{var, value, accepted, msg}]: nvshmem_ibgda_method=source without IBGDA-capable
     rdma-core that this run will install. source: {src, ref, version} of the NVSHMEM source (read on the
     controller)."""
     from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
 
     if not isinstance(rdma, dict):
-        raise AnsibleFilterError("_deepep_source_nvshmem_problems: expected rdma_hca_info's result")
+        raise AnsibleFilterError("_deepep_source_nvshmem_problems: expected the RDMA reading (rdma of deepep_facts)")
     source = {k: v for k, v in (source or {}).items() if k in ("src", "ref", "version")}
     return site_validate.source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [], source)
 

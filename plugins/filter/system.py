@@ -28,7 +28,7 @@ def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branc
 
     try:
         return system_layers.driver_decision(
-            _dict(gpu, "nvidia_gpu_info's result"), _dict(params, "nvidia_driver_params' result"),
+            _dict(gpu, "the GPU reading (gpu of deepep_facts)"), _dict(params, "nvidia_driver_params' result"),
             [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""))
     except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
@@ -50,7 +50,7 @@ def doca_ofed_decision(rdma, policy="auto"):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     try:
-        return system_layers.doca_decision(_dict(rdma, "rdma_hca_info's result"), policy)
+        return system_layers.doca_decision(_dict(rdma, "the RDMA reading (rdma of deepep_facts)"), policy)
     except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
 
@@ -58,7 +58,7 @@ def doca_ofed_decision(rdma, policy="auto"):
 def doca_ofed_state(rdma):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
-    rdma = _dict(rdma, "rdma_hca_info's result")
+    rdma = _dict(rdma, "the RDMA reading (rdma of deepep_facts)")
     return {"reboot_reason": system_layers.doca_reboot_reason(rdma), "problems": system_layers.doca_verify_problems(rdma)}
 
 

@@ -17,7 +17,7 @@ def test_bad_policies_name_the_variable():
 
 
 def test_wrong_input_types_are_refused():
-    with pytest.raises(AnsibleFilterError, match="rdma_hca_info's result"):
+    with pytest.raises(AnsibleFilterError, match=r"the RDMA reading \(rdma of deepep_facts\)"):
         FILTERS["_doca_ofed_state"]("mlx5_0")
     with pytest.raises(AnsibleFilterError, match="nvidia_driver_params' result"):
         FILTERS["_nvidia_peermapping_decision"](None, 8)
