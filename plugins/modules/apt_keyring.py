@@ -86,29 +86,16 @@ unpinned:
   elements: str
 """
 
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.system.openpgp import (
-    KeyringError,
-    armor,
-    dearmor,
-    normalize,
-    primary_fingerprints,
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_keys import (
+    KeyRefused,
+    fetch_pinned_key,
+    keyring_in_place,
+    pins_or_problem,
+    refuse_keyring_in_place,
+    write_file,
 )
-
-
-def read_keys(data):
-    """(fingerprints, error)."""
-    try:
-        return primary_fingerprints(data), None
-    except KeyringError as exc:
-        return [], str(exc)
-    except IndexError:
-        return [], "a truncated packet"
 
 
 def main():
@@ -123,56 +110,27 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    pins = set(normalize(value) for value in p["fingerprints"])
-    bad = sorted(value for value in pins if len(value) not in (40, 64) or any(c not in "0123456789ABCDEF" for c in value))
-    if not pins or bad:
-        module.fail_json(msg="fingerprints: %s; give the full fingerprints (40 hex digits) of the keys the repository "
-                             "is signed with" % (", ".join(bad) if bad else "empty"), fetched=False)
+    pins, problem = pins_or_problem(p["fingerprints"])
+    if problem:
+        module.fail_json(msg=problem, fetched=False)
     hint = (" " + p["hint"]) if p["hint"] else ""
 
-    current = None
-    if os.path.lexists(p["dest"]):
-        with open(p["dest"], "rb") as handle:
-            current = handle.read()
-        found, error = read_keys(current)
-        if not error and set(found) <= pins:
-            module.exit_json(changed=False, fetched=False, fingerprints=found,
-                             msg="%s holds only pinned keys" % p["dest"])
-        if not p["url"]:
-            module.fail_json(msg="%s: %s; apt would trust %s for this repository, which is not among the pinned "
-                                 "fingerprints %s.%s" % (p["dest"], error or "holds a key not pinned",
-                                                         ", ".join(found) or "nothing", ", ".join(sorted(pins)), hint),
-                             fetched=False, unpinned=sorted(set(found) - pins))
-    elif not p["url"]:
-        module.fail_json(msg="%s does not exist; nothing to check" % p["dest"], fetched=False)
-
+    current, found, error, pinned_only = keyring_in_place(p["dest"], pins)
+    if pinned_only:
+        module.exit_json(changed=False, fetched=False, fingerprints=found, msg="%s holds only pinned keys" % p["dest"])
+    if not p["url"]:
+        if current is None:
+            module.fail_json(msg="%s does not exist; nothing to check" % p["dest"], fetched=False)
+        module.fail_json(msg=refuse_keyring_in_place(p["dest"], found, error, pins, hint), fetched=False,
+                         unpinned=sorted(set(found) - pins))
     try:
-        response = open_url(p["url"], timeout=p["timeout"], follow_redirects="safe")
-        data = response.read()
-    except Exception as exc:  # pylint: disable=broad-except
-        module.fail_json(msg="could not fetch the repository key %s: %s%s" % (p["url"], exc, hint), fetched=False)
-    found, error = read_keys(data)
-    if error:
-        module.fail_json(msg="%s is not a public key: %s; nothing was written.%s" % (p["url"], error, hint),
-                         fetched=True)
-    unpinned = sorted(set(found) - pins)
-    if unpinned:
-        text = "%s holds %s, not among the pinned fingerprints %s; apt would trust it for this repository, so it " \
-               "was not written.%s" % (p["url"], ", ".join(unpinned), ", ".join(sorted(pins)), hint)
-        module.fail_json(msg=text, fetched=True, unpinned=unpinned, fingerprints=found)
-    armored = armor(dearmor(data))
+        armored, found = fetch_pinned_key(p["url"], pins, p["timeout"], hint)
+    except KeyRefused as exc:
+        extra = dict(unpinned=exc.unpinned, fingerprints=exc.fingerprints) if exc.unpinned else {}
+        module.fail_json(msg=exc.msg, fetched=exc.fetched, **extra)
     changed = armored != current
     if changed and not module.check_mode:
-        directory = os.path.dirname(p["dest"]) or "."
-        handle, tmp = tempfile.mkstemp(dir=directory, prefix=".keyring.")
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(armored)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, p["dest"])
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_file(p["dest"], armored)
     module.exit_json(changed=changed, fetched=True, fingerprints=found,
                      msg="%s %s from %s (%s)" % ("would write" if module.check_mode else "wrote", p["dest"],
                                                  p["url"], ", ".join(found)) if changed else "%s unchanged" % p["dest"])
