@@ -1,15 +1,22 @@
 # -*- coding: utf-8 -*-
 """apt_pinned_repository against a fixture apt directory, the fixture keys of test_apt_keyring.py (the key
 apt_repo.py signs with, and another nobody pinned) and a stand-in apt-get (a fixture) that fails while a named
-source file is there, as apt-get update does for a source whose key does not verify, and logs each call."""
+source file is there, as apt-get update does for a source whose key does not verify, and logs each call; and
+Debian's own apt-get against the signed fixture repositories of tests/fixtures/apt_repo.py."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+
+import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system.openpgp import dearmor, primary_fingerprints
 from ansible_collections.moe_infra.deepep.plugins.modules import apt_pinned_repository as module
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
+sys.path.insert(0, FIXTURES)
+import apt_repo  # noqa: E402  (tests/fixtures/apt_repo.py: signed flat repositories of stand-in packages)
 PINNED = "DFC52E756CBCD371FDD15CD653B564B4C5E2E4D8"
 OTHER = "EA7F111E2E27FF54A9964A9B7C74817D06E7ECC4"
 URI = "file:/opt/moe-fixtures/repos/doca"
@@ -155,3 +162,38 @@ def test_bad_input_is_refused_and_changes_nothing(run_module, tmp_path):
     result, failed = run(run_module, root, retries=-1)
     assert failed and "retries and retry_delay take 0 or more" in result["msg"]
     assert os.listdir(str(root / "sources.list.d")) == []
+
+
+def real_apt(fake_bin, tmp_path):
+    """apt-get itself (Debian's), its lists and cache under tmp_path instead of /var (the module points it at the
+    fixture's apt directory with Dir::Etc)."""
+    state, cache = tmp_path / "state", tmp_path / "cache"
+    (state / "lists" / "partial").mkdir(parents=True)
+    (cache / "archives" / "partial").mkdir(parents=True)
+    path = fake_bin("apt-get")
+    with open(path, "w") as handle:
+        handle.write("#!/bin/sh\nexec /usr/bin/apt-get \"$@\" -o Dir::State='%s' -o Dir::Cache='%s' -o Debug::NoLocking=1 "
+                     "-o APT::Sandbox::User=root\n" % (state, cache))
+    return state / "lists"
+
+
+@pytest.mark.skipif(not (os.path.exists("/usr/bin/apt-get") and shutil.which("gpg") and shutil.which("dpkg-deb")),
+                    reason="needs apt-get, gpg and dpkg-deb (Debian, as CI)")
+def test_real_apt_fetches_a_pinned_repository_and_its_rejection_is_put_back(run_module, fake_bin, tmp_path):
+    apt_repo.build_all(str(tmp_path / "repos"))
+    uri = "file:%s" % (tmp_path / "repos" / "doca")
+    root = apt_dir(tmp_path)
+    (root / "sources.list").write_text("")
+    lists = real_apt(fake_bin, tmp_path)
+    result, failed = run(run_module, root, uri=uri, key_url="file://%s" % (tmp_path / "repos" / "doca" / "key.asc"))
+    assert not failed and result["refreshed"], result
+    assert [name for name in os.listdir(str(lists)) if "_Packages" in name]  # Packages, or Packages.lz4
+
+    # The repository is signed by the fixture key, not by the one this run is told to pin and fetch: apt rejects it
+    # (exit 0 with the lists of before, or 100 without any); the module puts both files back and apt works again.
+    (root / "sources.list.d" / "doca.list").unlink()
+    (root / "keyrings" / "doca.asc").unlink()
+    result, failed = run(run_module, root, uri=uri, key_url=key("other_key.asc"), fingerprints=[OTHER])
+    assert failed and any("NO_PUBKEY" in line for line in result["apt_errors"]), result
+    assert "put back as they were; apt-get update works again." in result["msg"]
+    assert not (root / "sources.list.d" / "doca.list").exists() and not (root / "keyrings" / "doca.asc").exists()
