@@ -40,6 +40,19 @@ options:
       - The output of an apt or dpkg run that failed (the apt task's C(stdout) and C(stderr)). Each maintainer script
         failure in it is returned in RV(script_failures), so the message names the package and what its script said.
     type: str
+  failed_result:
+    description:
+      - The result of the apt task that failed (C(ansible_failed_result) in a rescue); its C(msg), C(stdout) and
+        C(stderr) are read as O(explain) is.
+    type: dict
+  failed_step:
+    description:
+      - What failed, for a rescue after an apt install (the DOCA layer says C(doca_ofed) then C(installing the
+        DOCA-OFED packages)). With it and O(failed_result) or O(explain), the module fails itself with one message that
+        names each package whose maintainer script failed and the tail of what it printed (else the last lines of
+        O(explain)), says whether dpkg is left half-done (the next run repairs it first), and what to do next. Nothing
+        is repaired (whatever O(state) says).
+    type: str
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -61,6 +74,18 @@ EXAMPLES = r"""
     state: query
     explain: "{{ ansible_failed_result.stdout | default('') }}\n{{ ansible_failed_result.stderr | default('') }}"
   register: dpkg_after_failure
+
+- name: Install the driver, and when that fails, stop naming the package whose script failed
+  block:
+    - name: Install the driver
+      ansible.builtin.apt:
+        name: nvidia-open-580
+  rescue:
+    - name: Stop, naming the package and what its script said
+      moe_infra.deepep.dpkg_state:
+        state: query
+        failed_step: "nvidia_driver: installing nvidia-open-580"
+        failed_result: "{{ ansible_failed_result }}"
 """
 
 RETURN = r"""
@@ -167,20 +192,40 @@ class Dpkg(object):
         return None
 
 
+def failed_step_message(step, explain, found, failures):
+    """One message for an install that failed: the scripts that failed (else apt's last lines), dpkg's state, what next."""
+    if failures:
+        what = "; ".join("package %s: %s; its output ends: %s" % (
+            failure["package"], failure["reason"] or "its maintainer script failed",
+            " / ".join(failure["output"].splitlines()[-5:]) or "nothing") for failure in failures)
+    else:
+        what = " / ".join([line.strip() for line in explain.splitlines() if line.strip()][-3:]) or "no output"
+    left = ("dpkg is left half-done (%s): the next run repairs it first (dpkg --configure -a). " % (
+        ", ".join(found["packages"]) or "an interrupted run") if not found["healthy"] else "")
+    return "%s failed: %s. %sFix the cause, then run the play again." % (step, what.rstrip("."), left)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             state=dict(type="str", default="repaired", choices=["query", "repaired"]),
             root=dict(type="path", default="/"),
             explain=dict(type="str"),
+            failed_result=dict(type="dict"),
+            failed_step=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     dpkg = Dpkg(module)
     found = dpkg.read()
+    failed_task = module.params["failed_result"] or {}
+    explain = "\n".join([module.params["explain"] or ""] + [
+        str(failed_task.get(key) or "") for key in ("msg", "stdout", "stderr")]).strip()
     result = dict(found, changed=False, repairs=[], script_failures=[
-        dict(package=package, output=tail, reason=reason)
-        for package, tail, reason in script_failures(module.params["explain"] or "")])
+        dict(package=package, output=tail, reason=reason) for package, tail, reason in script_failures(explain)])
+    if module.params["failed_step"]:
+        module.fail_json(msg=failed_step_message(module.params["failed_step"], explain, found,
+                                                 result["script_failures"]), **result)
     if found["healthy"] or module.params["state"] == "query":
         module.exit_json(ansible_facts={"deepep_dpkg_healthy": found["healthy"]}, **result)
     what = "an interrupted dpkg run" if found["interrupted"] else "packages left half-done (%s)" % ", ".join(

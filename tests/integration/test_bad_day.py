@@ -17,6 +17,7 @@ import tarfile
 import time
 
 import pytest
+import yaml
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock
 from ansible_collections.moe_infra.deepep.tests.fixtures.dpkg_root import PACKAGE, make_broken_dpkg_root
@@ -331,3 +332,59 @@ def test_a_dpkg_run_cut_off_mid_install_is_repaired_before_apt(tmp_path):
     rc, out = _dpkg_state(root)
     assert rc == 0 and "repaired an interrupted dpkg run with dpkg --configure -a" in out, out
     assert list((root / "var" / "lib" / "dpkg" / "updates").iterdir()) == []
+
+
+def _install_block_with_rescue(path):
+    """The layer's install block whose rescue names a failed maintainer script (dpkg_state failed_step)."""
+    def blocks(items):
+        for task in items or []:
+            if isinstance(task, dict) and "block" in task:
+                yield task
+                for key in ("block", "rescue", "always"):
+                    yield from blocks(task.get(key))
+    with open(os.path.join(REPO, path)) as handle:
+        found = [task for task in blocks(yaml.safe_load(handle)) if any(
+            "failed_step" in (step.get("moe_infra.deepep.dpkg_state") or {}) for step in task.get("rescue") or [])]
+    assert len(found) == 1, path
+    return found[0]
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg and dpkg-deb (Debian, Ubuntu)")
+@pytest.mark.parametrize("path, step", [
+    ("roles/doca_ofed/tasks/install.yml", "doca_ofed: installing the DOCA-OFED packages"),
+    ("roles/cuda/tasks/install.yml", "cuda: installing cuda-toolkit-12-9"),
+    ("roles/nvidia_driver/tasks/install.yml", "nvidia_driver: installing nvidia-open-580 nvidia-utils-580")])
+def test_a_layers_install_whose_package_script_fails_is_not_retried_and_names_it(tmp_path, path, step):
+    """The layer's own install block and rescue, its apt task replaced by dpkg installing the fixture package whose
+    postinst fails (dpkg's output in stdout, as apt-get prints it), with the same register, until and retries."""
+    make_broken_dpkg_root(tmp_path)  # builds tmp_path/fixture.deb
+    root = tmp_path / "node"
+    for sub in ("info", "updates", "triggers"):
+        (root / "var" / "lib" / "dpkg" / sub).mkdir(parents=True)
+    (root / "var" / "lib" / "dpkg" / "status").write_text("")
+    block = _install_block_with_rescue(path)
+    apt_task = next(task for task in block["block"] if "ansible.builtin.apt" in task)
+    stand_in = dict((key, apt_task[key]) for key in ("name", "register", "until", "retries", "delay"))
+    stand_in["ansible.builtin.command"] = {"argv": ["sh", "-c", 'dpkg "--root=$1" --force-script-chrootless --install '
+                                                    '"$2" 2>&1', "sh", str(root), str(tmp_path / "fixture.deb")]}
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "module_defaults": {"moe_infra.deepep.dpkg_state": {"root": str(root)}},
+             "vars": {"deepep_network_retries": 2, "deepep_network_retry_delay": 0, "__cuda_package": "cuda-toolkit-12-9",
+                      "__nvidia_driver_missing": ["nvidia-open-580", "nvidia-utils-580"],
+                      "__nvidia_driver_decision": {"packages": ["nvidia-open-580", "nvidia-utils-580"]},
+                      "doca_ofed_packages": ["doca-ofed"]},
+             "tasks": [{"name": "Install", "block": [stand_in], "rescue": block["rescue"]}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    proc = subprocess.run([PLAYBOOK_BIN, str(tmp_path / "play.yml")], cwd=str(tmp_path), env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+    install, named = tasks[0]["hosts"]["localhost"], tasks[1]["hosts"]["localhost"]
+    assert install["failed"] and install["attempts"] == 1, install  # not tried again
+    assert named["msg"].startswith("%s failed: package %s: installed %s package post-installation script subprocess "
+                                   "returned error exit status 1; its output ends: " % (step, PACKAGE, PACKAGE)), named
+    assert "Error! Your kernel headers for kernel 6.8.0-1015-gcp cannot be found" in named["msg"]
+    assert named["msg"].endswith("dpkg is left half-done (%s): the next run repairs it first (dpkg --configure -a). "
+                                 "Fix the cause, then run the play again." % PACKAGE)

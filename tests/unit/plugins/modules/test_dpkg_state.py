@@ -68,3 +68,29 @@ def test_explain_names_the_failing_script_in_an_apt_output(run_module, tmp_path)
                   "status 10",
         "output": "Building initial module for 6.8.0-1015-gcp\nError! Bad return status for module build on kernel: "
                   "6.8.0-1015-gcp (x86_64)"}]
+
+
+def test_failed_step_fails_with_one_message_naming_the_script_and_the_next_step(run_module, tmp_path):
+    root = make_broken_dpkg_root(tmp_path)
+    # An apt task's failed result as the rescue gets it: dpkg's output in stdout.
+    apt_result = dict(msg="'/usr/bin/apt-get -y install nvidia-open-580' failed: E: Sub-process /usr/bin/dpkg returned "
+                          "an error code (1)", stdout=(tmp_path / "dpkg-install.log").read_text(), stderr="", rc=100)
+    result, failed = run_module(module, {"root": str(root), "state": "query", "failed_result": apt_result,
+                                         "failed_step": "nvidia_driver: installing nvidia-open-580"})
+    assert failed and not result["changed"] and result["script_failures"][0]["package"] == PACKAGE, result
+    assert result["msg"].startswith(
+        "nvidia_driver: installing nvidia-open-580 failed: package %s: installed %s package post-installation script "
+        "subprocess returned error exit status 1; its output ends: " % (PACKAGE, PACKAGE)), result["msg"]
+    assert "Error! Your kernel headers for kernel 6.8.0-1015-gcp cannot be found." in result["msg"]
+    assert result["msg"].endswith("dpkg is left half-done (%s): the next run repairs it first (dpkg --configure -a). "
+                                  "Fix the cause, then run the play again." % PACKAGE)
+
+    # No script failed (a package apt cannot find): apt's last lines, and dpkg as it is.
+    healthy = tmp_path / "healthy"
+    (healthy / "var" / "lib" / "dpkg" / "updates").mkdir(parents=True)
+    (healthy / "var" / "lib" / "dpkg" / "status").write_text("")
+    result, failed = run_module(module, {"root": str(healthy), "explain": "No package matching 'cuda-toolkit-12-9' is "
+                                         "available\n", "failed_step": "cuda: installing cuda-toolkit-12-9"})
+    assert failed and result["msg"] == ("cuda: installing cuda-toolkit-12-9 failed: No package matching "
+                                        "'cuda-toolkit-12-9' is available. Fix the cause, then run the play again.")
+    assert result["repairs"] == [] and not result["changed"]
