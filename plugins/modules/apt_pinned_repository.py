@@ -20,9 +20,10 @@ description:
     O(fingerprints) (a keyring in place is checked on every run and fetched again when it holds another key), and
     O(source_file) names it (C(deb [signed-by=KEYRING] URI SUITE)).
   - The package lists are fetched (C(apt-get update)) when this call changed the key or the source, or reuses another
-    installer's source (nothing says its lists are current), see O(update_cache). When that fails, the key and the
-    source this call changed are put back as they were, C(apt-get update) runs once more to say whether apt works
-    again, and the task fails with apt's own error lines and what to do next.
+    installer's source (nothing says its lists are current), see O(update_cache). When that fails on this repository,
+    the key and the source this call changed are put back as they were, C(apt-get update) runs once more to say
+    whether apt works again, and the task fails with apt's own error lines and what to do next. When apt's lines name
+    only other repositories (a stale source of the image's), nothing is put back and the task fails naming them.
   - Fetching the key and the lists are network steps, tried again O(retries) more times O(retry_delay) seconds
     apart; a key that was fetched but refused is not tried again.
 author:
@@ -316,6 +317,13 @@ def describe(result, p, would):
     return "%s (%s)" % (("would: " + text) if would and done else text, where)
 
 
+def only_other_sources(errors, uri):
+    """Whether apt's lines name repositories, none of them this one (then it is not the cause)."""
+    ours = uri.strip().rstrip("/")
+    named = [line for line in errors if "://" in line or "file:" in line]
+    return bool(named) and not any(ours in line for line in errors)
+
+
 def fail_after_update(module, result, p, errors, own_before, key_before, reused):
     """Put back what this call changed, say whether apt works again, and fail with apt's lines and the next step."""
     label, hint = p["label"], (" " + p["hint"]) if p["hint"] else ""
@@ -326,6 +334,13 @@ def fail_after_update(module, result, p, errors, own_before, key_before, reused)
     else:
         what = "refreshing the lists of %s" % p["source_file"]
     text = "%s: apt-get update failed after %s for %s: %s." % (label, what, p["uri"].strip(), " | ".join(errors[:6]))
+    if only_other_sources(errors, p["uri"]):
+        # Another source is broken (a stale third-party repository on the image): this one is not the cause, and
+        # putting it back would not make apt work. It stays; the sources apt names must be fixed.
+        module.fail_json(msg="%s: apt-get update fails on other sources, not on %s: %s. %s is in place; fix or remove "
+                             "the sources apt names, then run the play again." % (
+                                 label, p["uri"].strip(), " | ".join(errors[:6]), result["source"]),
+                         apt_errors=errors, **dict(result, refreshed=False))
     put_back_any = not reused and (result["source_changed"] or result["key_changed"])
     if put_back_any:
         restored = []

@@ -106,6 +106,18 @@ def test_a_source_apt_rejects_is_put_back_and_apt_works_again(run_module, fake_b
     assert "still fails (W: GPG error: NO_PUBKEY | %s)" % REJECTED in result["msg"]
 
 
+def test_another_broken_source_is_named_and_this_one_stays(run_module, fake_bin, tmp_path):
+    root = apt_dir(tmp_path)
+    path = fake_bin("apt-get", rc=100, stdout="Err:3 https://ppa.example.invalid/stale jammy InRelease\n",
+                    stderr="E: The repository 'https://ppa.example.invalid/stale jammy Release' does not have a "
+                           "Release file.\n")
+    assert path
+    result, failed = run(run_module, root, retries=0)
+    assert failed and result["msg"].startswith("doca_ofed: apt-get update fails on other sources, not on %s: " % URI)
+    assert "https://ppa.example.invalid/stale jammy Release" in result["msg"] and "put back" not in result["msg"]
+    assert (root / "sources.list.d" / "doca.list").exists() and (root / "keyrings" / "doca.asc").exists()
+
+
 def test_a_failed_fetch_is_tried_again(run_module, fake_bin, tmp_path):
     root = apt_dir(tmp_path)
     log = apt_get(fake_bin, tmp_path, transient_failures=1)
