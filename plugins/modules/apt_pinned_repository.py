@@ -25,7 +25,8 @@ description:
     whether apt works again, and the task fails with apt's own error lines and what to do next. When apt's lines name
     only other repositories (a stale source of the image's), nothing is put back and the task fails naming them.
   - Fetching the key and the lists are network steps, tried again O(retries) more times O(retry_delay) seconds
-    apart; a key that was fetched but refused is not tried again.
+    apart; a key that was fetched but refused, and lists apt refuses (a signature it cannot verify, a repository
+    without a Release file), are not tried again.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -88,14 +89,18 @@ options:
     type: int
     default: 30
   apt_dir:
-    description: apt's configuration directory (sources are read there and C(apt-get) is pointed at it); tests point it at a fixture tree.
+    description:
+      - apt's configuration directory (sources are read there and C(apt-get) is pointed at it); tests point it at a
+        fixture tree.
     type: path
     default: /etc/apt
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
-    details: The key is fetched and checked; nothing is written and the lists are not fetched (RV(refreshed) says whether they would be).
+    details:
+      - The key is fetched and checked; nothing is written and the lists are not fetched (RV(refreshed) says whether
+        they would be).
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
@@ -181,6 +186,9 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_source
 SOURCE_TEXT = "# Ansible managed\ndeb [signed-by=%s] %s %s\n"
 # python-apt (ansible.builtin.apt's update_cache) fails when any list could not be fetched; apt-get only warns.
 FAILED_FETCH = ("W: Failed to fetch", "W: Some index files failed to download", "W: GPG error", "E:")
+# What apt refuses whatever the network does: not tried again.
+REFUSED = ("NO_PUBKEY", "EXPKEYSIG", "BADSIG", "is not signed", "does not have a Release file",
+           "Conflicting values set for option Signed-By")
 
 
 def retried(attempt, retries, delay):
@@ -298,9 +306,9 @@ def main():
 
 
 def update_attempt(module, p):
-    """(done, apt's error lines) for retried()."""
+    """(done, apt's error lines) for retried(): done also when trying again cannot help (a key or source apt refuses)."""
     errors = update_lists(module, p["apt_dir"])
-    return not errors, errors
+    return not errors or any(word in line for line in errors for word in REFUSED), errors
 
 
 def describe(result, p, would):
