@@ -17,19 +17,22 @@ def _dict(value, what):
     return value
 
 
-def nvidia_peermapping_decision(params, hca_count=0, force=False):
+def nvidia_peermapping_decision(params, hca_count=0, force=False, report_only=False, driver_reboot_pending=False,
+                                conf_file="", settings=None):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
-    return system_layers.peermapping_decision(int(hca_count), _dict(params, "nvidia_driver_params' result"), bool(force))
+    return system_layers.peermapping_decision(
+        int(hca_count), _dict(params, "nvidia_driver_params' result"), _truth(force), _truth(report_only),
+        _truth(driver_reboot_pending), str(conf_file or ""), [str(name) for name in settings or []])
 
 
-def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branch="580"):
+def nvidia_driver_decision(gpu, params, cuda_releases=None, install=False, branch="580", report_only=False):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.system import system_layers
 
     try:
         return system_layers.driver_decision(
             _dict(gpu, "the GPU reading (gpu of deepep_facts)"), _dict(params, "nvidia_driver_params' result"),
-            [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""))
+            [str(r) for r in cuda_releases or [] if r], _truth(install), str(branch or ""), _truth(report_only))
     except system_layers.DecisionError as exc:
         raise AnsibleFilterError(str(exc))
 

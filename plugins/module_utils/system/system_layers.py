@@ -6,6 +6,7 @@ what the discovery modules return, outputs say what to do and why, so every bran
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urlsplit
 
@@ -50,7 +51,16 @@ def driver_packages(branch):
     return ["nvidia-open-%s" % branch, "nvidia-utils-%s" % branch]
 
 
-def driver_decision(gpu, params, cuda_releases=(), install=False, branch=""):
+def driver_decision(gpu, params, cuda_releases=(), install=False, branch="", report_only=False):
+    """The decision below, with the layer's report line (report) and the reason it gives the reboot play
+    (reboot_reason, '' for none: an install loads only with a reboot; nothing is installed in report-only)."""
+    decision = _driver_decision(gpu, params, cuda_releases, install, branch)
+    installs = decision["action"] == "install" and not report_only
+    return dict(decision, report=("would: " if decision["action"] == "install" and report_only else "") + decision["msg"],
+                reboot_reason="%s installed, no NVIDIA driver loaded" % " ".join(decision["packages"]) if installs else "")
+
+
+def _driver_decision(gpu, params, cuda_releases=(), install=False, branch=""):
     """What the nvidia_driver layer does on this node.
 
     gpu: nvidia_gpu_info's result (gpus with compute_cap, driver_version); params: nvidia_driver_params' query
@@ -91,11 +101,15 @@ def driver_decision(gpu, params, cuda_releases=(), install=False, branch=""):
                     % " ".join(base["packages"]))
 
 
-def peermapping_decision(hca_count, params, force=False):
-    """Whether PeerMappingOverride is required here and in which state it is.
+def peermapping_decision(hca_count, params, force=False, report_only=False, driver_reboot_pending=False,
+                         conf_file="", settings=()):
+    """Whether PeerMappingOverride is required here and in which state it is; the layer's report line and the reason
+    it gives the reboot play ('' for none).
 
     params: what nvidia_driver_params returned (query, or present after writing the conf file).
-    state: live | configured_not_live | absent | driver_not_loaded.
+    state: live | configured_not_live | absent | driver_not_loaded. driver_reboot_pending: the nvidia_driver layer
+    installed a driver in this run that loads at the reboot (then the regkey is checked after it too). conf_file and
+    settings (the registry keys and module parameters configured) only word the reboot reason.
     """
     required = bool(force) or int(hca_count) > 0
     why = "forced (nvidia_peermapping_force)" if force else (
@@ -121,8 +135,15 @@ def peermapping_decision(hca_count, params, force=False):
         action = "reboot: configured in modprobe.d, not live"
     else:
         action = "write the conf file, refresh the initramfs, reboot"
+    live = params.get("registry_dwords_live")
+    reboots = reboot_required or (required and state == "driver_not_loaded" and bool(driver_reboot_pending))
+    reboot_reason = ("%s configured in %s, live RegistryDwords %r" % (",".join(settings), conf_file, live)
+                     if reboots and not report_only else "")
+    report = "%s; %s (%s); RegistryDwords live %s; %s%s" % (
+        state, "required" if required else "not required", why, json.dumps(live),
+        "would: " if report_only and required and state != "live" else "", action)
     return {"required": required, "why": why, "state": state, "reboot_required": reboot_required,
-            "action": action, "registry_dwords_live": params.get("registry_dwords_live")}
+            "action": action, "registry_dwords_live": live, "reboot_reason": reboot_reason, "report": report}
 
 
 def _mellanox_present(rdma):

@@ -65,6 +65,31 @@ def test_driver_not_loaded_applies_at_load_without_reboot(run_module, tmp_path):
     assert "applies when the driver loads" in decision["action"]
 
 
+def test_regkey_report_line_and_reboot_reason(run_module, tmp_path):
+    settings = dict(conf_file="/etc/modprobe.d/nvidia-deepep.conf", settings=["PeerMappingOverride"])
+    written = sl.peermapping_decision(8, driver_params(run_module, tmp_path, live="", state="present"), **settings)
+    assert written["reboot_reason"] == ("PeerMappingOverride configured in /etc/modprobe.d/nvidia-deepep.conf, live "
+                                        "RegistryDwords ''")
+    assert written["report"] == ("configured_not_live; required (8 RDMA HCA(s): IBGDA needs the GPU to map the NIC's "
+                                 "doorbells); RegistryDwords live \"\"; reboot: configured in modprobe.d, not live")
+    # Report-only (the conf file written above is there, not live): the report says what it would do, and the reboot
+    # play gets no reason.
+    only = sl.peermapping_decision(8, driver_params(run_module, tmp_path, live=""), report_only=True, **settings)
+    assert only["reboot_reason"] == "" and only["report"].endswith('""; would: reboot: configured in modprobe.d, not live')
+    # No driver loaded: no reason of its own, unless a driver installed in this run loads at the reboot.
+    (tmp_path / "no_driver").mkdir()
+    params = driver_params(run_module, tmp_path / "no_driver", live="", state="present", loaded=False)
+    assert sl.peermapping_decision(8, params, **settings)["reboot_reason"] == ""
+    pending = sl.peermapping_decision(8, params, driver_reboot_pending=True, **settings)
+    assert pending["reboot_reason"].startswith("PeerMappingOverride configured in ")
+    assert pending["report"].endswith("RegistryDwords live null; write the conf file; it applies when the driver loads")
+    (tmp_path / "live").mkdir()
+    live = sl.peermapping_decision(8, driver_params(run_module, tmp_path / "live", live="PeerMappingOverride=1;",
+                                                    conf=OUR_LINE), report_only=True, **settings)
+    assert live["reboot_reason"] == "" and live["report"].endswith(
+        'RegistryDwords live "PeerMappingOverride=1;"; nothing: live in /proc/driver/nvidia/params')
+
+
 def rdma(run_module, tmp_path, machine, include=None):
     if not (tmp_path / machine).exists():
         machines.MACHINES[machine](str(tmp_path / machine))
@@ -192,6 +217,12 @@ def test_driver_installed_only_where_none_is_loaded_and_asked_for():
                              install=True, branch="580")
     assert old["action"] == "refuse" and old["packages"] == [] and "below R570" in old["msg"]
     assert sl.driver_decision({"gpus": []}, no_driver, [], install=True, branch="580")["action"] == "skip"
+    # The layer's line and the reason it gives the reboot play: only an install that happens reboots.
+    assert plan["reboot_reason"] == "nvidia-open-580 nvidia-utils-580 installed, no NVIDIA driver loaded"
+    assert plan["report"] == plan["msg"]
+    reported = sl.driver_decision(B200, no_driver, ["12.9"], install=True, branch="580", report_only=True)
+    assert reported["reboot_reason"] == "" and reported["report"] == "would: " + plan["msg"]
+    assert refused["reboot_reason"] == "" and refused["report"] == refused["msg"]
 
 
 @pytest.mark.parametrize("branch, releases, message", [
