@@ -94,8 +94,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_keys i
     keyring_in_place,
     pins_or_problem,
     refuse_keyring_in_place,
-    write_file,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.files import write_atomic
 
 
 def main():
@@ -130,7 +130,7 @@ def main():
         module.fail_json(msg=exc.msg, fetched=exc.fetched, **extra)
     changed = armored != current
     if changed and not module.check_mode:
-        write_file(p["dest"], armored)
+        write_atomic(module, p["dest"], armored)
     module.exit_json(changed=changed, fetched=True, fingerprints=found,
                      msg="%s %s from %s (%s)" % ("would write" if module.check_mode else "wrote", p["dest"],
                                                  p["url"], ", ".join(found)) if changed else "%s unchanged" % p["dest"])

@@ -178,8 +178,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_keys i
     put_back,
     read_file,
     refuse_keyring_in_place,
-    write_file,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.files import write_atomic
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system.apt_sources import read_sources, sources_for
 
 # What the roles' templates wrote before this module (same bytes: an upgraded node's source stays unchanged).
@@ -292,12 +292,12 @@ def main():
 
     if key_changed:
         os.makedirs(os.path.dirname(p["keyring"]) or ".", mode=0o755, exist_ok=True)
-        write_file(p["keyring"], armored)
+        write_atomic(module, p["keyring"], armored)
     if source_changed:
         if reused:
             os.unlink(p["source_file"])
         else:
-            write_file(p["source_file"], source_text.encode())
+            write_atomic(module, p["source_file"], source_text)
     if refresh:
         errors = retried(lambda: update_attempt(module, p), p["retries"], p["retry_delay"])
         if errors:
@@ -353,10 +353,10 @@ def fail_after_update(module, result, p, errors, own_before, key_before, reused)
     if put_back_any:
         restored = []
         if result["source_changed"]:
-            put_back(p["source_file"], own_before)
+            put_back(module, p["source_file"], own_before)
             restored.append(p["source_file"])
         if result["key_changed"]:
-            put_back(p["keyring"], key_before)
+            put_back(module, p["keyring"], key_before)
             restored.append(p["keyring"])
         again = update_lists(module, p["apt_dir"])
         text += " %s put back as %s; apt-get update %s." % (

@@ -2,16 +2,16 @@
 # Copyright: moe_infra contributors
 # Apache License 2.0 (see LICENSE)
 """An apt repository's signing key, pinned by fingerprint: check the keyring a source names, fetch a key and accept
-it only when every primary key in it is pinned, write files in one step (apt never reads half a file). Shared by
+it only when every primary key in it is pinned, put a file back as it was. Shared by
 apt_keyring (the key alone) and apt_pinned_repository (key, source and package lists)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.files import write_atomic
 from ansible_collections.moe_infra.deepep.plugins.module_utils.system.openpgp import (
     KeyringError,
     armor,
@@ -92,24 +92,10 @@ def fetch_pinned_key(url, pins, timeout, hint):
     return armor(dearmor(data)), found
 
 
-def write_file(path, data, mode=0o644):
-    """Write data to path in one step (a temporary file beside it, renamed over it)."""
-    directory = os.path.dirname(path) or "."
-    handle, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def put_back(path, previous):
+def put_back(module, path, previous):
     """Restore path to the bytes it held before (None: it did not exist)."""
     if previous is None:
         if os.path.lexists(path):
             os.unlink(path)
     else:
-        write_file(path, previous)
+        write_atomic(module, path, previous)
