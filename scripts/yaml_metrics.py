@@ -7,7 +7,10 @@
 - where the brace-Jinja lines are: by kind (an option that only passes a variable on, the same with one filter, a
   task name, the rest: expressions) and the ten files with the most;
 - the lines that are one plain item of a block-style list (`- some_tag` under `tags:`, one condition under `when:`):
-  a style that adds lines without braces, for comparing trees written in flow style (`tags: [a, b]`)."""
+  a style that adds lines without braces, for comparing trees written in flow style (`tags: [a, b]`);
+- the lines of operator messages (`msg`, `fail_msg`, `success_msg`, one line or a folded block) and the brace
+  share without them and without the one-item list lines: the two trees compared like for like, whatever their
+  list style and however much their tasks explain to the operator."""
 import glob
 import os
 import re
@@ -35,9 +38,11 @@ def walk(items, counts):
 
 PLAIN = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \}\}"$')
 ONE_FILTER = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \| [a-z_]+(\([^()]*\))? \}\}"$')
-NAME = re.compile(r"^\s*- name: ")  # a task's name (a module's name option has no "- ")
+NAME = re.compile(r"^\s*- name: ")
+KEY = re.compile(r"^(\s*)(- )?([A-Za-z_]+):(.*)$")
+MESSAGE_KEYS = ("msg", "fail_msg", "success_msg")  # a task's name (a module's name option has no "- ")
 LIST_ITEM = re.compile(r"^\s+- [A-Za-z0-9_.\"'/ =!-]+$")
-counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0, "list_items": 0}
+counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0, "list_items": 0, "message": 0, "message_brace": 0}
 kinds = {"plain": 0, "one filter": 0, "task name": 0, "expression": 0}
 per_file = {}
 files = sorted(glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml"))
@@ -46,10 +51,23 @@ for path in files:
     with open(path) as handle:
         text = handle.read()
     walk(yaml.safe_load(text), counts)
+    folded = None  # (indent, key) of the folded or literal block the line is in
     for line in text.splitlines():
         if line.strip() and not line.strip().startswith("#"):
             counts["lines"] += 1
             counts["list_items"] += bool(LIST_ITEM.match(line))
+            indent = len(line) - len(line.lstrip())
+            if folded and indent <= folded[0]:
+                folded = None
+            key = folded[1] if folded else None
+            match = KEY.match(line) if not folded else None
+            if match:
+                key = match.group(3)
+                if match.group(4).strip() in (">-", ">", "|", "|-"):
+                    folded = (len(match.group(1)) + (2 if match.group(2) else 0), key)
+            if key in MESSAGE_KEYS:
+                counts["message"] += 1
+                counts["message_brace"] += "{{" in line
             if "{{" in line:
                 counts["brace"] += 1
                 per_file[os.path.relpath(path, ROOT)] = per_file.get(os.path.relpath(path, ROOT), 0) + 1
@@ -75,5 +93,9 @@ print("run-state protocol variables named: %s" % (", ".join(
     "%s %d" % (name, mentions[name]) for name in PROTOCOL if name in mentions) or "none"))
 print("brace-Jinja lines by kind: %s" % ", ".join("%s %d" % item for item in kinds.items()))
 print("one-item block-list lines: %d of %d" % (counts["list_items"], counts["lines"]))
+like_lines = counts["lines"] - counts["message"] - counts["list_items"]
+print("operator message lines: %d (%d with braces); brace-Jinja without them and the one-item list lines: "
+      "%d of %d = %.1f %%" % (counts["message"], counts["message_brace"], counts["brace"] - counts["message_brace"],
+                              like_lines, 100.0 * (counts["brace"] - counts["message_brace"]) / like_lines))
 print("most brace-Jinja lines: %s" % ", ".join(
     "%s %d" % item for item in sorted(per_file.items(), key=lambda item: (-item[1], item[0]))[:10]))
