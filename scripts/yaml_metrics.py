@@ -38,9 +38,9 @@ def walk(items, counts):
 
 PLAIN = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \}\}"$')
 ONE_FILTER = re.compile(r'^\s*(- )?[A-Za-z_]+: "\{\{ [A-Za-z_][A-Za-z0-9_.]* \| [a-z_]+(\([^()]*\))? \}\}"$')
-NAME = re.compile(r"^\s*- name: ")
+NAME = re.compile(r"^\s*- name: ")  # a task's name (a module's name option has no "- ")
 KEY = re.compile(r"^(\s*)(- )?([A-Za-z_]+):(.*)$")
-MESSAGE_KEYS = ("msg", "fail_msg", "success_msg")  # a task's name (a module's name option has no "- ")
+MESSAGE_KEYS = ("msg", "fail_msg", "success_msg")
 LIST_ITEM = re.compile(r"^\s+- [A-Za-z0-9_.\"'/ =!-]+$")
 counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0, "list_items": 0, "message": 0, "message_brace": 0}
 kinds = {"plain": 0, "one filter": 0, "task name": 0, "expression": 0}
