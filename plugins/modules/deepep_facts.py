@@ -84,7 +84,11 @@ options:
         type: path
         required: true
       pythonpath:
-        description: C(PYTHONPATH) for the C(deep_ep) import check (the current DeepEP build's source tree).
+        description:
+          - C(PYTHONPATH) for the C(deep_ep) import check (the current DeepEP build's source tree).
+          - When none of these directories exists there is no build to check and no import runs (C(deep_ep.importable)
+            null): another C(deep_ep) the interpreter has (a hand install, the image's) is the one the C(deepep) role
+            replaces, and importing it costs seconds on every reading of a V2 node.
         type: list
         elements: path
         default: []
@@ -201,7 +205,8 @@ ansible_facts:
         - C(read_from), every option it was read with (C(sysfs_root), C(procfs_root), C(modprobe_dir),
           C(include_dirs), C(cuda_home), C(hca_mapping), C(cuda_version), ...), what O(same_as) takes.
         - C(interpreter), with O(interpreter), what M(moe_infra.deepep.torch_stack_info) returns for it
-          (C(exists) false for an interpreter not created yet); absent otherwise.
+          (C(exists) false for an interpreter not created yet; C(deep_ep.importable) null when no directory of
+          O(interpreter.pythonpath) exists: not checked); absent otherwise.
         - C(checks), with O(preflight_checks), the doctor's checks for what no layer fixes (C(findings),
           C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
         - C(builds), with O(builds), C(root), C(read_files), C(build_user), C(build_user_exists) and per build
@@ -291,7 +296,7 @@ def main():
         if not interpreter["python"]:
             module.fail_json(msg="interpreter: python is required (the interpreter DeepEP is built with)")
         p["interpreter"] = interpreter
-        node["interpreter"] = read_stack(module, dict(interpreter, environment={}, missing_ok=True))
+        node["interpreter"] = read_stack(module, dict(interpreter, environment={}, missing_ok=True), build_only=True)
     if p["builds"] is not None:
         builds = dict((name, spec.get("default")) for name, spec in BUILDS_OPTIONS.items())
         builds.update(p["builds"])

@@ -139,6 +139,7 @@ def test_the_build_interpreter_is_read_with_the_node_and_again_with_same_as(run_
     python = make_python_site(tmp_path / "site", nccl_runtime=(2, 30, 7))
     venv.parent.mkdir(parents=True)
     venv.symlink_to(python)
+    (tmp_path / "src").mkdir()  # the build tree the import check is for
     after, failed = run_module(deepep_facts, dict(same_as=facts["read_from"]))
     assert not failed, after
     direct, failed = run_module(torch_stack_info, dict(asked, missing_ok=True))
@@ -147,6 +148,30 @@ def test_the_build_interpreter_is_read_with_the_node_and_again_with_same_as(run_
     assert stack["exists"] is True and stack["torch"]["nccl"] == "2.30.7"
     assert stack == dict((key, value) for key, value in direct.items() if key not in ("changed", "invocation"))
     assert after["ansible_facts"]["deepep"]["gpu"] == facts["gpu"]
+
+
+def test_no_deep_ep_import_runs_while_there_is_no_build_to_check(run_module, tmp_path):
+    """A DeepEP the interpreter has from elsewhere (here one that fails to import on an undefined symbol, KF18) is
+    not imported while the build tree on pythonpath does not exist; once it does, the import runs and its answer is
+    torch_stack_info's."""
+    machines.h200_no_nics(tmp_path)
+    error = "/site/deep_ep_cpp.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"
+    python = make_python_site(tmp_path / "site", deep_ep_error=error)
+    asked = {"python": python, "pythonpath": [str(tmp_path / "src")], "cache_dir": "", "run_as": ""}
+    result, failed = gather(run_module, tmp_path, interpreter=asked)
+    assert not failed, result
+    stack = result["ansible_facts"]["deepep"]["interpreter"]
+    assert stack["torch"]["version"] == "2.11.0+cu130"
+    assert stack["deep_ep"] == {"importable": None, "file": None, "undefined_symbol": False,
+                                "nvshmem_host_loaded": None,
+                                "error": "not checked: no DeepEP build at %s" % (tmp_path / "src")}
+    (tmp_path / "src").mkdir()
+    again, failed = gather(run_module, tmp_path, same_as=result["ansible_facts"]["deepep"]["read_from"])
+    assert not failed, again
+    direct, failed = run_module(torch_stack_info, dict(asked, missing_ok=True))
+    assert not failed, direct
+    assert again["ansible_facts"]["deepep"]["interpreter"]["deep_ep"] == direct["deep_ep"]
+    assert direct["deep_ep"]["importable"] is False and direct["deep_ep"]["undefined_symbol"] is True
 
 
 def test_an_interpreter_without_python_is_refused(run_module, tmp_path):
