@@ -87,7 +87,7 @@ options:
         description:
           - C(PYTHONPATH) for the C(deep_ep) import check (the current DeepEP build's source tree).
           - When none of these directories exists there is no build to check and no import runs (C(deep_ep.importable)
-            null): another C(deep_ep) the interpreter has (a hand install, the image's) is the one the C(deepep) role
+            null). Another C(deep_ep) the interpreter has (a hand install, the image's) is the one the C(deepep) role
             replaces, and importing it costs seconds on every reading of a V2 node.
         type: list
         elements: path
@@ -206,7 +206,7 @@ ansible_facts:
           C(include_dirs), C(cuda_home), C(hca_mapping), C(cuda_version), ...), what O(same_as) takes.
         - C(interpreter), with O(interpreter), what M(moe_infra.deepep.torch_stack_info) returns for it
           (C(exists) false for an interpreter not created yet; C(deep_ep.importable) null when no directory of
-          O(interpreter.pythonpath) exists: not checked); absent otherwise.
+          O(interpreter.pythonpath) exists, not checked); absent otherwise.
         - C(checks), with O(preflight_checks), the doctor's checks for what no layer fixes (C(findings),
           C(summary), C(node) as M(moe_infra.deepep.deepep_doctor) returns them); absent otherwise.
         - C(builds), with O(builds), C(root), C(read_files), C(build_user), C(build_user_exists) and per build
