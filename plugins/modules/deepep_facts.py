@@ -86,8 +86,8 @@ options:
       pythonpath:
         description:
           - C(PYTHONPATH) for the C(deep_ep) import check (the current DeepEP build's source tree).
-          - When none of these directories exists there is no build to check and no import runs (C(deep_ep.importable)
-            null). Another C(deep_ep) the interpreter has (a hand install, the image's) is the one the C(deepep) role
+          - When it names directories and none of them exists there is no build to check and no import runs
+            (C(deep_ep.importable) null). Another C(deep_ep) the interpreter has (a hand install, the image's) is the one the C(deepep) role
             replaces, and importing it costs seconds on every reading of a V2 node.
         type: list
         elements: path

@@ -287,8 +287,9 @@ def read_deep_ep(module, params, pythonpath):
 def read_stack(module, params, build_only=False):
     """torch, NCCL, the NVSHMEM and NCCL wheels, numpy and whether deep_ep imports, as the interpreter of
     STACK_OPTIONS' params sees them (torch_stack_info's return, with exists and cached). build_only: the import
-    checks the build on params' pythonpath alone; when none of it exists, none runs (importable null): another
-    DeepEP the interpreter has (a hand install) is not the one a run keeps, and importing it costs seconds."""
+    checks the build on params' pythonpath alone; when it names directories and none exists, none runs (importable
+    null): another DeepEP the interpreter has (a hand install) is not the one a run keeps, and importing it costs
+    seconds."""
     python = params["python"]
     if params["missing_ok"] and not os.path.lexists(python):
         return dict(exists=False, cached=False, python_version=None, torch={"version": None, "cuda": None, "nccl": None},
@@ -298,7 +299,7 @@ def read_stack(module, params, build_only=False):
     run, env = _probe_runner(module, params)
     cached = []
     result = _probe(module, python, PROBE, env, params["cache_dir"], cached, run)
-    if build_only and not any(os.path.isdir(path) for path in params["pythonpath"]):
+    if build_only and params["pythonpath"] and not any(os.path.isdir(path) for path in params["pythonpath"]):
         result["deep_ep"] = {"importable": None, "file": None, "undefined_symbol": False, "nvshmem_host_loaded": None,
                              "error": "not checked: no DeepEP build at %s" % ", ".join(params["pythonpath"])}
     else:

@@ -165,6 +165,9 @@ def test_no_deep_ep_import_runs_while_there_is_no_build_to_check(run_module, tmp
     assert stack["deep_ep"] == {"importable": None, "file": None, "undefined_symbol": False,
                                 "nvshmem_host_loaded": None,
                                 "error": "not checked: no DeepEP build at %s" % (tmp_path / "src")}
+    # No pythonpath at all: the interpreter's own deep_ep is what is asked about, as torch_stack_info reads it.
+    bare, failed = gather(run_module, tmp_path, interpreter=dict(asked, pythonpath=[]))
+    assert not failed and bare["ansible_facts"]["deepep"]["interpreter"]["deep_ep"]["undefined_symbol"] is True, bare
     (tmp_path / "src").mkdir()
     again, failed = gather(run_module, tmp_path, same_as=result["ansible_facts"]["deepep"]["read_from"])
     assert not failed, again
