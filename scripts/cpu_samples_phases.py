@@ -2,11 +2,13 @@
 """What the CPUs did in each phase of a build benchmark, from the OUT/cpu-samples.log that gpu-bench-common's
 sample_cpu writes (one /proc/stat "cpu" line and the mean "cpu MHz" every 5 s).
 
+    scripts/cpu_samples_phases.py OUT                                        (the phases in OUT/phases.txt)
     scripts/cpu_samples_phases.py OUT/cpu-samples.log NAME=START:END ...   (START, END: Unix seconds)
 
 Per phase: busy (user + nice + system + irq + softirq) and steal (time the host gave other guests) as a share of all
 CPU time, and the clock values seen.
 """
+import os
 import sys
 
 
@@ -30,14 +32,27 @@ def phase(samples, start, end):
             "steal": 100.0 * steal / total, "mhz": sorted({s[2] for s in inside})}
 
 
-def main(argv):
-    if len(argv) < 3:
-        sys.exit(__doc__)
-    samples = read_samples(argv[1])
+def phases_of(argv):
+    """(name, start, end) per phase: from OUT/phases.txt ("NAME START END" lines, gpu-bench-common's phase) when
+    the argument is a results folder, else from the NAME=START:END arguments."""
+    if os.path.isdir(argv[1]):
+        with open(os.path.join(argv[1], "phases.txt")) as handle:
+            return [(name, int(start), int(end)) for name, start, end in (line.split() for line in handle if line.strip())]
+    spans = []
     for arg in argv[2:]:
         name, _, span = arg.partition("=")
         start, _, end = span.partition(":")
-        found = phase(samples, int(start), int(end))
+        spans.append((name, int(start), int(end)))
+    return spans
+
+
+def main(argv):
+    if len(argv) < 2 or (len(argv) < 3 and not os.path.isdir(argv[1])):
+        sys.exit(__doc__)
+    log = os.path.join(argv[1], "cpu-samples.log") if os.path.isdir(argv[1]) else argv[1]
+    samples = read_samples(log)
+    for name, start, end in phases_of(argv):
+        found = phase(samples, start, end)
         if found is None:
             print("%-24s fewer than two samples" % name)
         else:
