@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """What the CPUs did in each phase of a build benchmark, from the OUT/cpu-samples.log that gpu-bench-common's
 sample_cpu writes (one /proc/stat "cpu" line and the mean "cpu MHz" every 5 s).
 
-    scripts/cpu_samples_phases.py OUT                                        (the phases in OUT/phases.txt)
-    scripts/cpu_samples_phases.py OUT/cpu-samples.log NAME=START:END ...   (START, END: Unix seconds)
+    python3 scripts/cpu_samples_phases.py OUT                                      (the phases in OUT/phases.txt)
+    python3 scripts/cpu_samples_phases.py OUT/cpu-samples.log NAME=START:END ...   (START, END: Unix seconds)
 
 Per phase: busy (user + nice + system + irq + softirq) and steal (time the host gave other guests) as a share of all
 CPU time, and the clock values seen.
@@ -40,8 +39,8 @@ def phases_of(argv):
             return [(name, int(start), int(end)) for name, start, end in (line.split() for line in handle if line.strip())]
     spans = []
     for arg in argv[2:]:
-        name, _, span = arg.partition("=")
-        start, _, end = span.partition(":")
+        name, dummy, span = arg.partition("=")
+        start, dummy, end = span.partition(":")
         spans.append((name, int(start), int(end)))
     return spans
 
