@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 """What the first real run left on the node and on the controller, after converge and idempotence: apt works
-with the vendor's CUDA source reused, exactly one reboot, the build prerequisites installed, the env script and
-the doctor naming the mlx5_* devices the node has after DOCA-OFED's reboot, a second run that changed nothing.
+with the vendor's CUDA source reused, exactly one reboot, the build prerequisites installed (g++ by the run), the
+env script and the doctor naming the mlx5_* devices the node has after DOCA-OFED's reboot, a second run that
+changed nothing.
 Then the scale-out (side_effect.yml): the bake through playbooks/gcp_image.yml, and the clone booted from a copy
 of the baked disk, which the `host` fixture now reaches (the same port forward): a new node (its own hostname,
 machine-id and SSH host keys) on which site.yml changed only per-node records, and nothing on its second run.
@@ -64,6 +65,10 @@ def test_apt_works_with_the_vendor_source_reused(host):
 def test_the_build_prerequisites_are_there(host):
     for package in ("gcc", "g++", "make", "cmake"):
         assert host.package(package).is_installed, package
+    # The driver installer left the others (scripts/qemu-node-image): the first run installed g++ alone, from
+    # Debian's archive.
+    installs = re.findall(r"TASK \[moe_infra\.deepep\.build_prerequisites : (Install [^\]]*)\]", log("site-1.log"))
+    assert [name for name in installs if name != "Install what is missing"] == ["Install g++"], installs
     # DOCA-OFED's own build of the rdma-core headers (the distribution's is not installed over it).
     assert host.package("libibverbs-dev").version == "2510mlnx58-1.2510061"
     kernel = host.check_output("uname -r")
