@@ -235,10 +235,13 @@ def test_git_gets_the_url_after_the_end_of_options(run_module, src, tmp_path, mo
         return 1, "", "stop here"
     monkeypatch.setattr(module.AnsibleModule, "run_command", fake_run_command)
     monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, name, required=False: "/usr/bin/" + name)
-    options = args(src, tmp_path / "opt", git_url="git@github.com:deepseek-ai/DeepEP.git", git_ref="v1.2.1")
+    # The failing fetch is tried again (network_retries), without the waits between tries.
+    options = args(src, tmp_path / "opt", git_url="git@github.com:deepseek-ai/DeepEP.git", git_ref="v1.2.1",
+                   network_retry_delay=0)
     del options["src"]
     result, failed = run_module(module, options)
     assert failed and "stop here" in result["msg"] and "fetch" in result["msg"], result
+    assert sum("fetch" in call for call in calls) == 4, calls
     ls_remote = next(c for c in calls if "ls-remote" in c)
     fetch = next(c for c in calls if "fetch" in c)
     assert ls_remote[1:] == ["ls-remote", "--", "git@github.com:deepseek-ai/DeepEP.git", "v1.2.1"]
