@@ -54,7 +54,7 @@ test: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
 	@mkdir -p .build && rm -f $(STAGE_TIMES) .build/molecule-lifecycle.started
 	@# The QEMU scenario takes longest: it starts first and runs beside every other stage.
 	PATH=$(BIN):$$PATH ./scripts/run-molecule --start lifecycle
-	@# The VM (one emulated CPU's worth of work at a time) is the critical path: the other stages yield to it.
+	@# The VM's emulated work cannot be spread over more cores when it falls behind: the other stages yield to it.
 	nice -n 10 $(MAKE) --no-print-directory units docs lint integration compat sanity molecule
 	@echo "make test: every stage passed"; cat $(STAGE_TIMES)
 
