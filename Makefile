@@ -17,7 +17,8 @@ DEV := $(CURDIR)/.build/dev
 export STAGE_TIMES := $(CURDIR)/.build/stage-times
 TIMED := ./scripts/timed
 
-.PHONY: provision facts install gcp-extras test check units integration lint sanity molecule docs clean ee-context compat
+.PHONY: provision facts install gcp-extras test node-images check units integration lint sanity molecule docs clean \
+	ee-context compat
 
 $(BIN)/.runtime: requirements/runtime.txt
 	WHEELS=$(WHEELS) ./scripts/make-venv $(PYTHON) $(VENV)
@@ -50,7 +51,7 @@ $(DEV)/ansible_collections/moe_infra/deepep:
 	ln -sfn $(CURDIR) $@
 
 ## test: everything CI runs: check, playbook tests, ansible-test sanity, molecule (where podman runs)
-test: $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
+test: node-images $(BIN)/.test $(DEV)/ansible_collections/moe_infra/deepep
 	@mkdir -p .build && rm -f $(STAGE_TIMES) .build/molecule-lifecycle.started
 	@# The QEMU scenario takes longest: it starts first and runs beside every other stage.
 	PATH=$(BIN):$$PATH ./scripts/run-molecule --start lifecycle
@@ -63,6 +64,14 @@ check:
 	@mkdir -p .build && rm -f $(STAGE_TIMES)
 	$(MAKE) --no-print-directory units docs lint
 	@echo "make check: every stage passed"; cat $(STAGE_TIMES)
+
+# The images the molecule scenarios boot (debootstrap: minutes on a fresh machine, mostly waiting on the
+# archive) build in the background while the virtual environment installs; the scenarios' own calls wait for
+# them (a lock) and build again, with the error, if one failed. Output: .build/*-node-image.log.
+node-images:
+	@mkdir -p .build
+	@command -v qemu-system-x86_64 >/dev/null && { ./scripts/qemu-node-image >.build/qemu-node-image.log 2>&1 & } || true
+	@command -v podman >/dev/null && { ./scripts/podman-node-image >.build/podman-node-image.log 2>&1 & } || true
 
 # Tests whose builds run as the build user keep their files in a directory of their own: pytest's shared
 # /tmp/pytest-of-root is made 0700 again by every other pytest session (molecule's testinfra runs beside these
