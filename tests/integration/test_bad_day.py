@@ -23,7 +23,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock 
 from ansible_collections.moe_infra.deepep.tests.fixtures.dpkg_root import PACKAGE, make_broken_dpkg_root
 # node and shared_inputs are pytest fixtures: imported to be used by name.
 from ansible_collections.moe_infra.deepep.tests.integration.test_deepep_playbook import (  # noqa: F401  pylint: disable=unused-import
-    FIXTURES, PLAYBOOK_BIN, REPO, VARIABLES, node, run, run_inventory, shared_inputs)
+    FIXTURES, PLAYBOOK_BIN, REPO, VARIABLES, make_node, node, run, run_inventory, shared_inputs)
 
 
 def deepep_archive(tmp_path, name, setup_prefix="", marker=None):
@@ -68,14 +68,30 @@ def installed_wheel(node):
     return text.split("MARKER = ")[1].strip().strip("'") if "MARKER = " in text else "(no marker)"
 
 
-def provisioned(node, tmp_path):
-    """The node with a first build that passed everything: (its fingerprint, the archive of a new source)."""
-    old = deepep_archive(tmp_path, "old", marker="old")
+@pytest.fixture(scope="module")
+def first_build(tmp_path_factory, shared_inputs):
+    """A node with a first build that passed everything, made once per module (per shard), its tree kept aside:
+    (the node, its fingerprint, the archive of a new source, the kept tree)."""
+    base = tmp_path_factory.mktemp("first-build")
+    (base / "node").mkdir()
+    node = make_node(base / "node", shared_inputs)
+    old = deepep_archive(base, "old", marker="old")
     rc, dummy, out = run(node, "-e", "deepep_src=%s" % old)
     assert rc == 0, out
     fp = current(node)
     assert live_build(node) == fp and installed_wheel(node) == "old"
-    return fp, deepep_archive(tmp_path, "new", marker="new")
+    shutil.copytree(str(node["tmp"]), str(base / "kept"), symlinks=True)
+    return node, fp, deepep_archive(base, "new", marker="new"), base / "kept"
+
+
+@pytest.fixture
+def provisioned(first_build):
+    """The node as its first build left it, for each test: the kept tree copied back to the same place (the run
+    recorded absolute paths: the env script, current, the wheel's records). (node, fingerprint, new archive)."""
+    node, fp, new, kept = first_build
+    shutil.rmtree(str(node["tmp"]))
+    shutil.copytree(str(kept), str(node["tmp"]), symlinks=True)
+    return node, fp, new
 
 
 def assert_old_install_works(node, fp):
@@ -84,8 +100,8 @@ def assert_old_install_works(node, fp):
     assert installed_wheel(node) == "old"
 
 
-def test_a_build_whose_tests_fail_is_rolled_back_current_wheel_and_env_script(node, tmp_path):
-    fp, new = provisioned(node, tmp_path)
+def test_a_build_whose_tests_fail_is_rolled_back_current_wheel_and_env_script(provisioned, tmp_path):
+    node, fp, new = provisioned
     env_script = (node["prefix"] / "env.sh").read_text()
     # As after a torch upgrade: --tags deepep (the rollback runs whatever the tags selected).
     rc, dummy, out = run(node, "-e", "deepep_src=%s" % new, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}',
@@ -118,8 +134,8 @@ def test_a_first_install_whose_tests_fail_leaves_nothing_live(node, tmp_path):
     assert live_build(node) == current(node)
 
 
-def test_a_failed_build_is_named_reduced_to_its_log_and_the_old_one_stays(node, tmp_path):
-    fp, dummy = provisioned(node, tmp_path)
+def test_a_failed_build_is_named_reduced_to_its_log_and_the_old_one_stays(provisioned, tmp_path):
+    node, fp, dummy = provisioned
     broken = deepep_archive(tmp_path, "broken", "import sys\nprint('error: nvcc died')\nsys.exit(3)\n", marker="new")
     rc, dummy, out = run(node, "-e", "deepep_src=%s" % broken)
     assert rc == 2, out
@@ -139,8 +155,8 @@ def test_a_failed_build_is_named_reduced_to_its_log_and_the_old_one_stays(node, 
     (lambda data: data[:len(data) // 2], "is damaged (truncated: "),
     (lambda data: b"<html>503 Service Unavailable</html>\n" * 50, "is damaged ("),
 ], ids=["truncated", "not-gzip"])
-def test_a_damaged_source_archive_is_named_and_changes_nothing(node, tmp_path, damage, words):
-    fp, new = provisioned(node, tmp_path)
+def test_a_damaged_source_archive_is_named_and_changes_nothing(provisioned, tmp_path, damage, words):
+    node, fp, new = provisioned
     bad = tmp_path / "DeepEP-damaged.tar.gz"
     bad.write_bytes(damage(new.read_bytes()))
     rc, dummy, out = run(node, "-e", "deepep_src=%s" % bad)
@@ -190,8 +206,8 @@ def test_a_damaged_cache_entry_is_named_on_the_controller_and_leaves_no_scratch(
     assert rc == 0, out
 
 
-def test_a_second_run_refuses_naming_the_run_that_holds_the_lock(node, tmp_path):
-    fp, new = provisioned(node, tmp_path)
+def test_a_second_run_refuses_naming_the_run_that_holds_the_lock(provisioned, tmp_path):
+    node, fp, new = provisioned
     other = PrefixLock(str(node["prefix"] / "deepep"))
     other.acquire(0, dict(name="deepep", action="building", fingerprint="0123456789abcdef", run_by="ops@ctl pid 7"))
     try:
@@ -207,8 +223,8 @@ def test_a_second_run_refuses_naming_the_run_that_holds_the_lock(node, tmp_path)
     assert rc == 0, out
 
 
-def test_ctrl_c_stops_the_background_build_and_a_rerun_waits_for_it(node, tmp_path):
-    fp, new = provisioned(node, tmp_path)
+def test_ctrl_c_stops_the_background_build_and_a_rerun_waits_for_it(provisioned, tmp_path):
+    node, fp, new = provisioned
     pid_file = tmp_path / "build.pid"
     slow = deepep_archive(tmp_path, "slow", "import os, time\nopen(%r, 'w').write(str(os.getpid()))\n"
                           "print('[ 10%%] compiling', flush=True)\ntime.sleep(300)\n" % str(pid_file), marker="slow")
@@ -236,11 +252,11 @@ def _read(path):
         return ""
 
 
-def test_a_new_build_that_does_not_import_is_caught_despite_the_old_wheel_and_rolled_back(node, tmp_path):
+def test_a_new_build_that_does_not_import_is_caught_despite_the_old_wheel_and_rolled_back(provisioned, tmp_path):
     """The build's import check runs with PYTHONPATH=<the new build>, which a real interpreter searches before the
     site-packages holding the old wheel (the stand-in interpreter once did not, so this check passed on the old
     wheel and the broken build went live)."""
-    fp, dummy = provisioned(node, tmp_path)
+    node, fp, dummy = provisioned
     broken = deepep_archive(tmp_path, "no-import", marker="new")
     init = tmp_path / "src-no-import" / "DeepEP" / "deep_ep" / "__init__.py"
     init.write_text("raise ImportError('undefined symbol: _ZNK3c1010TensorImpl (fixture)')\n" + init.read_text())
@@ -259,8 +275,8 @@ def test_a_new_build_that_does_not_import_is_caught_despite_the_old_wheel_and_ro
     assert rc == 0, out
 
 
-def test_two_runs_at_once_the_second_refuses_and_the_first_finishes(node, tmp_path):
-    fp, new = provisioned(node, tmp_path)
+def test_two_runs_at_once_the_second_refuses_and_the_first_finishes(provisioned, tmp_path):
+    node, fp, new = provisioned
     # The first run's build goes on until the test lets it finish (however slow the machine is that day).
     release = tmp_path / "release"
     slow = deepep_archive(tmp_path, "slow", "import os, time\nprint('[ 10%%] compiling', flush=True)\n"

@@ -49,18 +49,24 @@ def shared_inputs(tmp_path_factory):
     return {"archives": archives, "cuda": make_cuda_home(root), "gdrcopy_cache": cache}
 
 
-@pytest.fixture
-def node(tmp_path, shared_inputs):
-    open_to_others(tmp_path)  # the build user reaches its build directory, as under /opt on a node
-    sysfs = tmp_path / "sys"
+def make_node(home, shared_inputs):
+    """The fixture node in the directory home: 4 x H200 without NICs, rdma-core's header, the stand-in interpreter;
+    its prefix is home/opt."""
+    open_to_others(home)  # the build user reaches its build directory, as under /opt on a node
+    sysfs = home / "sys"
     machines.h200_no_nics(sysfs)
     archives = shared_inputs["archives"]
-    rdma_include = tmp_path / "include"
+    rdma_include = home / "include"
     (rdma_include / "infiniband").mkdir(parents=True)
     (rdma_include / "infiniband" / "mlx5dv.h").write_text("/* fixture: rdma-core's header is present */\n")
-    return {"tmp": tmp_path, "sysfs": sysfs, "archive": archives["deepep"], "archives": archives,
-            "rdma_include": rdma_include, "prefix": tmp_path / "opt", "gdrcopy_cache": shared_inputs["gdrcopy_cache"],
-            "python": make_python_site(tmp_path / "venv"), "cuda": shared_inputs["cuda"]}
+    return {"tmp": home, "sysfs": sysfs, "archive": archives["deepep"], "archives": archives,
+            "rdma_include": rdma_include, "prefix": home / "opt", "gdrcopy_cache": shared_inputs["gdrcopy_cache"],
+            "python": make_python_site(home / "venv"), "cuda": shared_inputs["cuda"]}
+
+
+@pytest.fixture
+def node(tmp_path, shared_inputs):
+    return make_node(tmp_path, shared_inputs)
 
 
 def run_inventory(node, extra, playbook="deepep.yml"):
