@@ -78,7 +78,7 @@ check:
 node-images:
 	@mkdir -p .build
 	@command -v qemu-system-x86_64 >/dev/null && { ./scripts/qemu-node-image >.build/qemu-node-image.log 2>&1 & } || true
-	@command -v podman >/dev/null && { ./scripts/podman-node-image >.build/podman-node-image.log 2>&1 & } || true
+	@podman info >/dev/null 2>&1 && { ./scripts/podman-node-image >.build/podman-node-image.log 2>&1 & } || true
 
 # Tests whose builds run as the build user keep their files in a directory of their own: pytest's shared
 # /tmp/pytest-of-root is made 0700 again by every other pytest session (molecule's testinfra runs beside these
