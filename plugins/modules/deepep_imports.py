@@ -11,7 +11,7 @@ module: deepep_imports
 short_description: Check that a DeepEP build imports as the env script's shell and the installed wheel give it
 version_added: "0.3.0"
 description:
-  - Imports C(deep_ep) from C(/) with the given interpreter twice, in one task - with the build tree first on
+  - Imports C(deep_ep) from C(/) with the given interpreter twice at once, in one task - with the build tree first on
     C(PYTHONPATH) (what the env script's shell gets) and, with O(wheel_site_dir), without it (the installed wheel,
     which must be where C(deep_ep) then comes from) - and fails naming the import error or the file that imported
     instead.
@@ -120,13 +120,13 @@ def main():
         module.exit_json(changed=False, checked=False)
     environment = dict((key, value) for key, value in (p["environment"] or {}).items() if key != "PYTHONPATH")
     params = dict(python=p["python"], environment=environment, cache_dir=p["cache_dir"], run_as=p["run_as"])
-    tree = read_deep_ep(module, params, [p["src_dir"]])
+    # Both imports at once (each is an interpreter importing torch and deep_ep: seconds each with DeepEP V2).
+    answers = read_deep_ep(module, params, [[p["src_dir"]]] + ([[]] if p["wheel_site_dir"] else []))
+    tree, wheel = answers[0], (answers[1] if p["wheel_site_dir"] else None)
     if not tree["importable"]:
         module.fail_json(msg="import deep_ep failed from / with %s on PYTHONPATH: %s" % (p["src_dir"], tree["error"]),
                          with_build_tree=tree)
-    wheel = None
     if p["wheel_site_dir"]:
-        wheel = read_deep_ep(module, params, [])
         site = p["wheel_site_dir"].rstrip("/") + "/"
         if not wheel["importable"] or not (wheel["file"] or "").startswith(site):
             module.fail_json(msg="import deep_ep without PYTHONPATH: %s, not the wheel installed in %s"

@@ -202,39 +202,66 @@ def run_as(account, argv, cwd, env, scratch_home=False):
     over this process's environment (USER, LOGNAME and HOME the account's; with scratch_home a fresh HOME of its
     own, removed afterwards). Whatever it leaves running, also what left its process group, is ended before this
     returns: nothing of it runs on while root reads or hands back what it wrote."""
-    full = dict(os.environ)
-    full.update(env)
-    full.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=account.pw_dir)
-    marker = "%d.%d" % (os.getpid(), time.time() * 1e6)
-    full["MOE_INFRA_RUN_AS"] = marker
-    home = None
-    if scratch_home:
-        home = tempfile.mkdtemp(prefix="moe-infra-home.")
-        os.chown(home, account.pw_uid, account.pw_gid)
-        full["HOME"] = home
-    began = boot_ticks_now()
-    # Output to files, not pipes: a process the command leaves behind keeps a pipe open, not the wait.
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    return start_as(account, argv, cwd, env, scratch_home).finish()
+
+
+_started = [0]  # start_as calls of this process: each one's marker is its own, even within one microsecond
+
+
+class Started(object):
+    """A command start_as started: finish() waits for it and returns (rc, stdout, stderr)."""
+
+    def __init__(self, account, argv, cwd, env, scratch_home):
+        full = dict(os.environ)
+        full.update(env)
+        full.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=account.pw_dir)
+        _started[0] += 1
+        self.marker = "%d.%d.%d" % (os.getpid(), time.time() * 1e6, _started[0])
+        full["MOE_INFRA_RUN_AS"] = self.marker
+        self.account, self.home, self.proc, self.result = account, None, None, None
+        if scratch_home:
+            self.home = tempfile.mkdtemp(prefix="moe-infra-home.")
+            os.chown(self.home, account.pw_uid, account.pw_gid)
+            full["HOME"] = self.home
+        self.began = boot_ticks_now()
+        # Output to files, not pipes: a process the command leaves behind keeps a pipe open, not the wait.
+        self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True, preexec_fn=demoted(account.pw_uid, account.pw_gid))
+            self.proc = subprocess.Popen(argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=self.out,
+                                         stderr=self.err, start_new_session=True,
+                                         preexec_fn=demoted(account.pw_uid, account.pw_gid))
         except OSError as exc:  # an interpreter that user may not run
-            if home:
-                shutil.rmtree(home, ignore_errors=True)
-            return 126, "", "as %s: %s" % (account.pw_name, exc)
+            self.result = (126, "", "as %s: %s" % (account.pw_name, exc))
+            self._clean()
+
+    def _clean(self):
+        self.out.close()
+        self.err.close()
+        if self.home:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+    def finish(self):
+        if self.result is not None:
+            return self.result
         try:
-            proc.wait()
+            self.proc.wait()
         finally:
-            kill_group(proc.pid)
-            proc.wait()
-            end_processes_of(account.pw_uid, began, "MOE_INFRA_RUN_AS=" + marker)
-            if home:
-                shutil.rmtree(home, ignore_errors=True)
-        out.seek(0)
-        err.seek(0)
-        out_text, err_text = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
-    rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-    return rc, out_text, err_text
+            kill_group(self.proc.pid)
+            self.proc.wait()
+            end_processes_of(self.account.pw_uid, self.began, "MOE_INFRA_RUN_AS=" + self.marker)
+            self.out.seek(0)
+            self.err.seek(0)
+            out, err = self.out.read().decode("utf-8", "replace"), self.err.read().decode("utf-8", "replace")
+            self._clean()
+        rc = self.proc.returncode if self.proc.returncode >= 0 else 128 - self.proc.returncode
+        self.result = (rc, out, err)
+        return self.result
+
+
+def start_as(account, argv, cwd, env, scratch_home=False):
+    """run_as without the wait: the command runs while the caller starts others (each in its own process group,
+    with its own marker, so that ending what one left never touches another); Started.finish() is run_as' answer."""
+    return Started(account, argv, cwd, env, scratch_home)
 
 
 FALLBACK_USER = "nobody"

@@ -9,9 +9,15 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import tempfile
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import FALLBACK_USER, probe_account, run_as
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import (
+    FALLBACK_USER,
+    probe_account,
+    run_as,
+    start_as,
+)
 
 PROBE = r'''
 import glob, importlib.metadata as md, importlib.util, json, os, sys
@@ -133,13 +139,40 @@ def _identity(path):
         return None
 
 
+class _Started(object):
+    """A probe started as the module's user: finish() waits and returns (rc, stdout, stderr)."""
+
+    def __init__(self, argv, env):
+        self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, cwd="/", env=dict(os.environ, **env), stdin=subprocess.DEVNULL,
+                                     stdout=self.out, stderr=self.err)
+
+    def finish(self):
+        try:
+            self.proc.wait()
+            self.out.seek(0)
+            self.err.seek(0)
+            return (self.proc.returncode, self.out.read().decode("utf-8", "replace"),
+                    self.err.read().decode("utf-8", "replace"))
+        finally:
+            self.out.close()
+            self.err.close()
+
+
 def runner(module, account=None):
     """How the probes run python: as the module's user, or as account (a pwd entry; see unprivileged.run_as) so
-    that code on a build's PYTHONPATH (a planted sitecustomize.py, deep_ep itself) never runs as root."""
+    that code on a build's PYTHONPATH (a planted sitecustomize.py, deep_ep itself) never runs as root. run.start
+    starts one without waiting (run_probes_cached runs its probes side by side)."""
     def run(argv, env):
         if account is None:
             return module.run_command(argv, environ_update=env, cwd="/")
         return run_as(account, argv, "/", env)
+
+    def start(argv, env):
+        if account is None:
+            return _Started(argv, env)
+        return start_as(account, argv, "/", env)
+    run.start = start
     run.user = account.pw_name if account is not None else None
     run.sys_paths = {}  # what _sys_path read with this runner (one module run's probes)
     return run
@@ -204,30 +237,49 @@ def state_key(module, python, script, env, run=None):
 def run_probe_cached(module, python, script, env, cache_dir, run=None):
     """(rc, stdout, stderr, cached): the probe's output, from cache_dir when the state it depends on is the one
     an earlier run of it saw. A failing probe is not kept; in check mode nothing is written. run: see runner."""
+    return run_probes_cached(module, python, [(script, env)], cache_dir, run)[0]
+
+
+def run_probes_cached(module, python, probes, cache_dir, run=None):
+    """run_probe_cached for each (script, env) of probes, in order: those the cache does not answer run side by
+    side, not one after another (each one is an interpreter importing torch, and DeepEP V2's import alone takes
+    seconds), and each is kept as run_probe_cached keeps it."""
     run = run or runner(module)
-    key = state_key(module, python, script, env, run) if cache_dir else None
-    path = os.path.join(cache_dir, key + ".json") if key else None
-    if path and os.path.isfile(path):
-        try:
-            with open(path) as handle:
-                return 0, json.load(handle)["stdout"], "", True
-        except (OSError, ValueError, KeyError):
-            pass
-    rc, out, err = run([python, "-c", script], env)
-    if path and rc == 0 and not module.check_mode:
-        try:
-            os.makedirs(cache_dir, mode=0o755, exist_ok=True)
-            handle, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".probe.")
-            with os.fdopen(handle, "w") as stream:
-                json.dump({"python": python, "stdout": out}, stream)
-            os.replace(tmp, path)
-            answers = sorted((os.path.getmtime(os.path.join(cache_dir, name)), name) for name in os.listdir(cache_dir)
-                             if name.endswith(".json"))
-            for dummy, name in answers[:-KEPT_ANSWERS]:
-                os.unlink(os.path.join(cache_dir, name))
-        except OSError:
-            pass  # a cache that cannot be written only costs the next run a probe
-    return rc, out, err, False
+    answers, started = [None] * len(probes), []
+    try:
+        for index, (script, env) in enumerate(probes):
+            key = state_key(module, python, script, env, run) if cache_dir else None
+            path = os.path.join(cache_dir, key + ".json") if key else None
+            if path and os.path.isfile(path):
+                try:
+                    with open(path) as handle:
+                        answers[index] = (0, json.load(handle)["stdout"], "", True)
+                    continue
+                except (OSError, ValueError, KeyError):
+                    pass
+            started.append((index, path, run.start([python, "-c", script], env)))
+    finally:
+        finished = [(index, path, process.finish()) for index, path, process in started]
+    for index, path, (rc, out, err) in finished:
+        answers[index] = (rc, out, err, False)
+        if path and rc == 0 and not module.check_mode:
+            _keep(cache_dir, path, python, out)
+    return answers
+
+
+def _keep(cache_dir, path, python, out):
+    try:
+        os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".probe.")
+        with os.fdopen(handle, "w") as stream:
+            json.dump({"python": python, "stdout": out}, stream)
+        os.replace(tmp, path)
+        answers = sorted((os.path.getmtime(os.path.join(cache_dir, name)), name) for name in os.listdir(cache_dir)
+                         if name.endswith(".json"))
+        for dummy, name in answers[:-KEPT_ANSWERS]:
+            os.unlink(os.path.join(cache_dir, name))
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run a probe
 
 
 # torch_stack_info's options, and deepep_facts' interpreter suboptions (what read_stack takes).
@@ -241,9 +293,9 @@ STACK_OPTIONS = dict(
 )
 
 
-def _probe(module, python, script, env, cache_dir, cached, run):
-    rc, out, err, hit = run_probe_cached(module, python, script, env, cache_dir, run)
-    cached.append(hit)
+def _answer(module, python, probe):
+    """The JSON line of one run_probes_cached answer, or the module fails saying what the interpreter printed."""
+    rc, out, err, dummy = probe
     if rc != 0:
         module.fail_json(msg="%s could not run the probe: %s" % (python, (err or out).strip()[-2000:]), rc=rc)
     try:
@@ -267,21 +319,24 @@ def _probe_runner(module, params):
     return run, env
 
 
-def _import_deep_ep(module, params, run, env, pythonpath, cached):
-    env = dict(env, PYTHONPATH=os.pathsep.join(pythonpath or []))
-    deep_ep = _probe(module, params["python"], IMPORT_PROBE, env, params["cache_dir"], cached, run)
+def _import_probe(env, pythonpath):
+    return IMPORT_PROBE, dict(env, PYTHONPATH=os.pathsep.join(pythonpath or []))
+
+
+def _deep_ep_answer(module, python, probe):
+    deep_ep = _answer(module, python, probe)
     deep_ep["undefined_symbol"] = bool(deep_ep["error"] and "undefined symbol" in deep_ep["error"])
     return deep_ep
 
 
-def read_deep_ep(module, params, pythonpath):
+def read_deep_ep(module, params, pythonpaths):
     """Whether deep_ep imports from / for the interpreter of STACK_OPTIONS' params (python, environment, cache_dir,
-    run_as) with this PYTHONPATH: only the import probe (torch_stack_info's deep_ep), with cached."""
+    run_as) with each PYTHONPATH of pythonpaths (the imports side by side): only the import probe (torch_stack_info's
+    deep_ep), with cached, one answer per PYTHONPATH."""
     run, env = _probe_runner(module, params)
-    cached = []
-    deep_ep = _import_deep_ep(module, params, run, env, pythonpath, cached)
-    deep_ep["cached"] = all(cached)
-    return deep_ep
+    probes = run_probes_cached(module, params["python"], [_import_probe(env, path) for path in pythonpaths],
+                               params["cache_dir"], run)
+    return [dict(_deep_ep_answer(module, params["python"], probe), cached=probe[3]) for probe in probes]
 
 
 def read_stack(module, params, build_only=False):
@@ -297,12 +352,16 @@ def read_stack(module, params, build_only=False):
                     deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
                              "undefined_symbol": False, "nvshmem_host_loaded": None})
     run, env = _probe_runner(module, params)
-    cached = []
-    result = _probe(module, python, PROBE, env, params["cache_dir"], cached, run)
-    if build_only and params["pythonpath"] and not any(os.path.isdir(path) for path in params["pythonpath"]):
+    pythonpath = params["pythonpath"]
+    imports = not (build_only and pythonpath and not any(os.path.isdir(path) for path in pythonpath))
+    # The stack probe and the import side by side: two interpreters importing torch at once.
+    jobs = [(PROBE, env)] + ([_import_probe(env, pythonpath)] if imports else [])
+    probes = run_probes_cached(module, python, jobs, params["cache_dir"], run)
+    result = _answer(module, python, probes[0])
+    if imports:
+        result["deep_ep"] = _deep_ep_answer(module, python, probes[1])
+    else:
         result["deep_ep"] = {"importable": None, "file": None, "undefined_symbol": False, "nvshmem_host_loaded": None,
                              "error": "not checked: no DeepEP build at %s" % ", ".join(params["pythonpath"])}
-    else:
-        result["deep_ep"] = _import_deep_ep(module, params, run, env, params["pythonpath"], cached)
-    result.update(exists=True, cached=all(cached))
+    result.update(exists=True, cached=all(probe[3] for probe in probes))
     return result

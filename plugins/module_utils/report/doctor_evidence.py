@@ -32,7 +32,12 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.node.rdma import 
     mellanox_pci_devices,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.sysfs import list_dir, read_attr
-from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import IMPORT_PROBE, PROBE, run_probe_cached, runner
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import (
+    IMPORT_PROBE,
+    PROBE,
+    run_probes_cached,
+    runner,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import FALLBACK_USER, probe_account
 
 # The options of deepep_doctor that say where to read (and, with preflight_only, what the checks need to know).
@@ -191,8 +196,9 @@ def probe_python(module, python, env_script, cache_dir="", user=""):
         run = runner(module, probe_account(user))
     except KeyError:
         return {"python": python, "error": "probe_user: neither %s nor %s is a user on this node" % (user, FALLBACK_USER)}
-    for key, script in (("stack", PROBE), ("deep_ep", IMPORT_PROBE)):
-        rc, stdout, stderr, dummy = run_probe_cached(module, python, script, env, cache_dir, run)
+    # The two probes side by side (two interpreters importing torch at once).
+    probes = run_probes_cached(module, python, [(PROBE, env), (IMPORT_PROBE, env)], cache_dir, run)
+    for key, (rc, stdout, stderr, dummy) in zip(("stack", "deep_ep"), probes):
         try:
             result = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

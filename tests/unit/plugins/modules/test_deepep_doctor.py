@@ -16,6 +16,8 @@ from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor a
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.cxx_objects import build_extension
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (make_python_site, probes_overlapped,
+                                                                             timing_interpreter)
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
 
 CONF = 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n'
@@ -254,3 +256,12 @@ def test_the_interpreter_probe_runs_as_the_build_user_never_root(run_module, tmp
     write(python, "#!/bin/sh\nid -u > %s/$$\necho '{\"error\": null}'\n" % seen, 0o755)
     doctor(run_module, args, python=str(python), probe_user="no-such-build-user")
     assert {(seen / name).read_text().strip() for name in os.listdir(str(seen))} == {str(pwd.getpwnam("nobody").pw_uid)}
+
+
+def test_the_two_interpreter_probes_run_at_once(run_module, tmp_path):
+    args = node(tmp_path)
+    log = tmp_path / "probes.log"
+    python = timing_interpreter(make_python_site(tmp_path / "venv"), log)
+    result, by_id = doctor(run_module, args, python=python)
+    assert result["evidence"]["python"]["torch"]["version"] == "2.11.0+cu130"
+    assert probes_overlapped(log) == (2, True)

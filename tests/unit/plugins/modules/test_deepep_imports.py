@@ -72,3 +72,25 @@ def test_check_mode_imports_and_writes_nothing(run_module, tmp_path):
                                          "record": str(record), "record_key": "k"}, check_mode=True)
     assert not failed and result["checked"] is False and result["changed"] is False, result
     assert not os.path.exists(str(record))
+
+
+def recording(tmp_path, name):
+    """A deep_ep __init__ (fixture) that writes when its import began and ended, with a second between."""
+    return ("import os, time\nwith open(os.path.join(%r, %r + '.began'), 'w') as f: f.write(repr(time.time()))\n"
+            "time.sleep(1.5)\nwith open(os.path.join(%r, %r + '.ended'), 'w') as f: f.write(repr(time.time()))\n"
+            % (str(tmp_path), name, str(tmp_path), name))
+
+
+def test_the_two_imports_run_at_once(run_module, tmp_path):
+    python = make_python_site(tmp_path / "py")
+    site = tmp_path / "py" / "site-packages"
+    (site / "deep_ep").mkdir(parents=True)
+    (site / "deep_ep" / "__init__.py").write_text(recording(tmp_path, "wheel"))
+    tree = tree_with_deep_ep(tmp_path / "build", recording(tmp_path, "tree"))
+    result, failed = run_module(module, {"python": python, "src_dir": tree, "wheel_site_dir": str(site)})
+    assert not failed, result
+    began = dict((name, float((tmp_path / (name + ".began")).read_text())) for name in ("tree", "wheel"))
+    ended = dict((name, float((tmp_path / (name + ".ended")).read_text())) for name in ("tree", "wheel"))
+    # Each began before the other ended: the imports overlapped (one after the other, one began after the other
+    # ended).
+    assert began["tree"] < ended["wheel"] and began["wheel"] < ended["tree"], (began, ended)

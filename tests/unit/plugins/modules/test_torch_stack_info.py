@@ -8,7 +8,8 @@ import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import torch_stack_info as module
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (make_python_site, probes_overlapped,
+                                                                             timing_interpreter)
 
 
 def test_gpu_machine_like_stack(run_module, tmp_path):
@@ -152,3 +153,13 @@ def test_code_on_a_builds_path_never_runs_as_root(run_module, tmp_path):
         uids = {(seen / name).read_text() for name in os.listdir(str(seen))}
         assert uids == {str(pwd.getpwnam("nobody").pw_uid)}, uids
         assert result["deep_ep"]["importable"] is False
+
+
+def test_the_stack_probe_and_the_import_run_at_once(run_module, tmp_path):
+    python = make_python_site(tmp_path / "venv")
+    tree = tmp_path / "deepep-src"
+    tree.mkdir()
+    log = tmp_path / "probes.log"
+    result, failed = run_module(module, {"python": timing_interpreter(python, log), "pythonpath": [str(tree)]})
+    assert not failed and result["torch"]["version"] == "2.11.0+cu130" and result["deep_ep"]["importable"] is False
+    assert probes_overlapped(log) == (2, True)
