@@ -144,10 +144,18 @@ class _Started(object):
 
     def __init__(self, argv, env):
         self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(argv, cwd="/", env=dict(os.environ, **env), stdin=subprocess.DEVNULL,
-                                     stdout=self.out, stderr=self.err)
+        self.result = None
+        try:
+            self.proc = subprocess.Popen(argv, cwd="/", env=dict(os.environ, **env), stdin=subprocess.DEVNULL,
+                                         stdout=self.out, stderr=self.err)
+        except OSError as exc:  # an interpreter whose own interpreter (a wrapper's #! line) is not there
+            self.result = (126, "", "%s: %s" % (argv[0], exc))
+            self.out.close()
+            self.err.close()
 
     def finish(self):
+        if self.result is not None:
+            return self.result
         try:
             self.proc.wait()
             self.out.seek(0)

@@ -163,3 +163,13 @@ def test_the_stack_probe_and_the_import_run_at_once(run_module, tmp_path):
     result, failed = run_module(module, {"python": timing_interpreter(python, log), "pythonpath": [str(tree)]})
     assert not failed and result["torch"]["version"] == "2.11.0+cu130" and result["deep_ep"]["importable"] is False
     assert probes_overlapped(log) == (2, True)
+
+
+def test_an_interpreter_that_cannot_start_fails_saying_why(run_module, tmp_path):
+    # A wrapper (fixture) whose #! names an interpreter that is not there (no cache: the probe is the first start).
+    python = tmp_path / "python"
+    python.write_text("#!%s\n" % (tmp_path / "gone" / "python3"))
+    python.chmod(0o755)
+    result, failed = run_module(module, {"python": str(python)})
+    assert failed and result["msg"].startswith("%s could not run the probe: %s: " % (python, python)), result
+    assert "No such file or directory" in result["msg"] and result["rc"] == 126
