@@ -18,6 +18,10 @@ description:
   - With O(record), writes O(record_key) there once both imports passed, so that a later run with the same build,
     environment and wheel does not import again (the deepep role reads it with the build's plan). Writing the record
     is not reported as a change, like a test report.
+  - With O(read_interpreter), reads the interpreter as M(moe_infra.deepep.deepep_facts) O(interpreter) does for the
+    same O(python), O(src_dir), O(cache_dir) and O(run_as) (the torch, NCCL and NVSHMEM probe and the build tree's
+    import, without O(environment)) side by side with the imports, so that the reading after a build answers from
+    the probe cache instead of starting two more interpreters.
   - In check mode nothing is imported or written (the build may not be there yet).
 author:
   - moe_infra maintainers (@moe-infra)
@@ -66,6 +70,12 @@ options:
         site directory).
     type: str
     default: ""
+  read_interpreter:
+    description:
+      - Also read the interpreter as M(moe_infra.deepep.deepep_facts) reads it after a build (needs O(cache_dir) to
+        be of use to that reading), returned as RV(interpreter).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -78,6 +88,8 @@ EXAMPLES = r"""
       LD_LIBRARY_PATH: /opt/deepep/gdrcopy/current/lib
     record: /opt/deepep/deepep/current/imports.node-record
     record_key: 3f6c0a
+    cache_dir: /var/cache/moe_infra_deepep/probes
+    read_interpreter: true
 """
 
 RETURN = r"""
@@ -92,6 +104,11 @@ with_build_tree:
 installed_wheel:
   description: The second import (no C(PYTHONPATH)); null without O(wheel_site_dir).
   returned: when RV(checked) is true
+  type: dict
+interpreter:
+  description: With O(read_interpreter), the reading as M(moe_infra.deepep.torch_stack_info) returns it (with
+    C(exists) and C(cached)).
+  returned: when RV(checked) and O(read_interpreter) are true
   type: dict
 """
 
@@ -112,6 +129,7 @@ def main():
             run_as=dict(type="str", default=""),
             record=dict(type="path", default=""),
             record_key=dict(type="str", default="", no_log=False),
+            read_interpreter=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -120,8 +138,15 @@ def main():
         module.exit_json(changed=False, checked=False)
     environment = dict((key, value) for key, value in (p["environment"] or {}).items() if key != "PYTHONPATH")
     params = dict(python=p["python"], environment=environment, cache_dir=p["cache_dir"], run_as=p["run_as"])
-    # Both imports at once (each is an interpreter importing torch and deep_ep: seconds each with DeepEP V2).
-    answers = read_deep_ep(module, params, [[p["src_dir"]]] + ([[]] if p["wheel_site_dir"] else []))
+    # Both imports at once (each is an interpreter importing torch and deep_ep: seconds each with DeepEP V2), and the
+    # interpreter read beside them.
+    pythonpaths = [[p["src_dir"]]] + ([[]] if p["wheel_site_dir"] else [])
+    interpreter = None
+    if p["read_interpreter"]:
+        stack = dict(params, environment={}, pythonpath=[p["src_dir"]], missing_ok=False)
+        answers, interpreter = read_deep_ep(module, params, pythonpaths, stack)
+    else:
+        answers = read_deep_ep(module, params, pythonpaths)
     tree, wheel = answers[0], (answers[1] if p["wheel_site_dir"] else None)
     if not tree["importable"]:
         module.fail_json(msg="import deep_ep failed from / with %s on PYTHONPATH: %s" % (p["src_dir"], tree["error"]),
@@ -138,7 +163,10 @@ def main():
             handle.write(p["record_key"] + "\n")
         os.chmod(part, 0o644)
         os.replace(part, p["record"])
-    module.exit_json(changed=False, checked=True, with_build_tree=tree, installed_wheel=wheel)
+    result = dict(changed=False, checked=True, with_build_tree=tree, installed_wheel=wheel)
+    if p["read_interpreter"]:
+        result["interpreter"] = interpreter
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -337,14 +337,40 @@ def _deep_ep_answer(module, python, probe):
     return deep_ep
 
 
-def read_deep_ep(module, params, pythonpaths):
+def read_deep_ep(module, params, pythonpaths, stack=None):
     """Whether deep_ep imports from / for the interpreter of STACK_OPTIONS' params (python, environment, cache_dir,
     run_as) with each PYTHONPATH of pythonpaths (the imports side by side): only the import probe (torch_stack_info's
-    deep_ep), with cached, one answer per PYTHONPATH."""
+    deep_ep), with cached, one answer per PYTHONPATH. stack: read_stack's params for the same interpreter and user,
+    read (build_only) side by side with the imports, so that its next read answers from the probe cache: then the
+    return is (answers, read_stack's reading)."""
     run, env = _probe_runner(module, params)
-    probes = run_probes_cached(module, params["python"], [_import_probe(env, path) for path in pythonpaths],
-                               params["cache_dir"], run)
-    return [dict(_deep_ep_answer(module, params["python"], probe), cached=probe[3]) for probe in probes]
+    jobs = [_import_probe(env, path) for path in pythonpaths]
+    if stack is not None:
+        jobs += _stack_jobs(stack, _probe_runner(module, stack)[1], build_only=True)
+    probes = run_probes_cached(module, params["python"], jobs, params["cache_dir"], run)
+    answers = [dict(_deep_ep_answer(module, params["python"], probe), cached=probe[3])
+               for probe in probes[:len(pythonpaths)]]
+    if stack is None:
+        return answers
+    return answers, _stack_answer(module, stack, probes[len(pythonpaths):])
+
+
+def _stack_jobs(params, env, build_only):
+    """read_stack's probes: the stack probe, and the import unless build_only finds no build to import."""
+    pythonpath = params["pythonpath"]
+    imports = not (build_only and pythonpath and not any(os.path.isdir(path) for path in pythonpath))
+    return [(PROBE, env)] + ([_import_probe(env, pythonpath)] if imports else [])
+
+
+def _stack_answer(module, params, probes):
+    result = _answer(module, params["python"], probes[0])
+    if len(probes) > 1:
+        result["deep_ep"] = _deep_ep_answer(module, params["python"], probes[1])
+    else:
+        result["deep_ep"] = {"importable": None, "file": None, "undefined_symbol": False, "nvshmem_host_loaded": None,
+                             "error": "not checked: no DeepEP build at %s" % ", ".join(params["pythonpath"])}
+    result.update(exists=True, cached=all(probe[3] for probe in probes))
+    return result
 
 
 def read_stack(module, params, build_only=False):
@@ -360,16 +386,6 @@ def read_stack(module, params, build_only=False):
                     deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
                              "undefined_symbol": False, "nvshmem_host_loaded": None})
     run, env = _probe_runner(module, params)
-    pythonpath = params["pythonpath"]
-    imports = not (build_only and pythonpath and not any(os.path.isdir(path) for path in pythonpath))
     # The stack probe and the import side by side: two interpreters importing torch at once.
-    jobs = [(PROBE, env)] + ([_import_probe(env, pythonpath)] if imports else [])
-    probes = run_probes_cached(module, python, jobs, params["cache_dir"], run)
-    result = _answer(module, python, probes[0])
-    if imports:
-        result["deep_ep"] = _deep_ep_answer(module, python, probes[1])
-    else:
-        result["deep_ep"] = {"importable": None, "file": None, "undefined_symbol": False, "nvshmem_host_loaded": None,
-                             "error": "not checked: no DeepEP build at %s" % ", ".join(params["pythonpath"])}
-    result.update(exists=True, cached=all(probe[3] for probe in probes))
-    return result
+    probes = run_probes_cached(module, python, _stack_jobs(params, env, build_only), params["cache_dir"], run)
+    return _stack_answer(module, params, probes)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_facts
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_imports as module
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures import machines
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (make_python_site, probes_overlapped,
+                                                                             timing_interpreter)
 
 
 def tree_with_deep_ep(root, body="MARKER = 'tree'\n"):
@@ -94,3 +97,39 @@ def test_the_two_imports_run_at_once(run_module, tmp_path):
     # Each began before the other ended: the imports overlapped (one after the other, one began after the other
     # ended).
     assert began["tree"] < ended["wheel"] and began["wheel"] < ended["tree"], (began, ended)
+
+
+def test_the_interpreter_read_runs_beside_the_imports_and_the_next_read_answers_from_the_cache(run_module, tmp_path):
+    python = make_python_site(tmp_path / "py", nccl_runtime=(2, 30, 7))
+    site = tmp_path / "py" / "site-packages"
+    wheel_in(site)
+    tree = tree_with_deep_ep(tmp_path / "build")
+    log = tmp_path / "probes.log"
+    timed = timing_interpreter(python, log)
+    cache = str(tmp_path / "cache")
+    result, failed = run_module(module, {"python": timed, "src_dir": tree, "wheel_site_dir": str(site),
+                                         "environment": {"X": "1"}, "cache_dir": cache,
+                                         "read_interpreter": True})
+    assert not failed, result
+    # The two imports, the stack probe and the build tree's import without the environment: all four at once.
+    assert probes_overlapped(log) == (4, True)
+    reading = result["interpreter"]
+    assert reading["cached"] is False and reading["torch"]["nccl"] == "2.30.7"
+    assert reading["deep_ep"]["file"] == str(tmp_path / "build" / "deep_ep" / "__init__.py")
+    # The deepep role's next task (probe.yml): the deepep facts' interpreter read with the same options starts no
+    # interpreter and answers what the import check read.
+    machines.h200_no_nics(tmp_path / "sys")
+    facts, failed = run_module(deepep_facts, {
+        "sysfs_root": str(tmp_path / "sys"), "procfs_root": str(tmp_path / "sys" / "proc"),
+        "interpreter": {"python": timed, "pythonpath": [tree], "cache_dir": cache, "run_as": ""}})
+    assert not failed, facts
+    assert probes_overlapped(log)[0] == 4
+    assert facts["ansible_facts"]["deepep"]["interpreter"] == dict(reading, cached=True)
+
+
+def test_without_read_interpreter_no_reading_is_made(run_module, tmp_path):
+    python = make_python_site(tmp_path / "py")
+    log = tmp_path / "probes.log"
+    result, failed = run_module(module, {"python": timing_interpreter(python, log, seconds=0),
+                                         "src_dir": tree_with_deep_ep(tmp_path / "build")})
+    assert not failed and "interpreter" not in result and probes_overlapped(log)[0] == 1, result
