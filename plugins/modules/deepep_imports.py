@@ -18,10 +18,11 @@ description:
   - With O(record), writes O(record_key) there once both imports passed, so that a later run with the same build,
     environment and wheel does not import again (the deepep role reads it with the build's plan). Writing the record
     is not reported as a change, like a test report.
-  - With O(read_interpreter), reads the interpreter as M(moe_infra.deepep.deepep_facts) O(interpreter) does for the
-    same O(python), O(src_dir), O(cache_dir) and O(run_as) (the torch, NCCL and NVSHMEM probe and the build tree's
-    import, without O(environment)) side by side with the imports, so that the reading after a build answers from
-    the probe cache instead of starting two more interpreters.
+  - With O(read_interpreter), reads the interpreter as M(moe_infra.deepep.deepep_facts) does with its
+    O(moe_infra.deepep.deepep_facts#module:interpreter) option for the same O(python), O(src_dir), O(cache_dir) and
+    O(run_as) (the torch, NCCL and NVSHMEM probe and the build tree's import, without O(environment)) side by side
+    with the imports, so that the reading after a build answers from the probe cache instead of starting two more
+    interpreters.
   - In check mode nothing is imported or written (the build may not be there yet).
 author:
   - moe_infra maintainers (@moe-infra)
