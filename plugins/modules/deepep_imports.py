@@ -45,7 +45,9 @@ options:
     default: ""
   environment:
     description:
-      - The environment of both imports (the env script's, without C(PYTHONPATH)).
+      - The environment of both imports (the env script's, without C(PYTHONPATH)), as a shell that sources the
+        script has it - its search paths (C(LD_LIBRARY_PATH), C(PATH), C(CPATH)) in front of those the module
+        inherited, as M(moe_infra.deepep.deepep_doctor)'s probe has them.
     type: dict
     default: {}
   cache_dir:
@@ -116,6 +118,7 @@ interpreter:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import sourced_env
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import read_deep_ep
 
 
@@ -137,7 +140,10 @@ def main():
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, checked=False)
-    environment = dict((key, value) for key, value in (p["environment"] or {}).items() if key != "PYTHONPATH")
+    # As a shell that sourced the env script has them (search paths in front of this process's): what its users get,
+    # and the environment of the doctor's probe, which then reads this answer from the cache.
+    environment = sourced_env(dict((key, value) for key, value in (p["environment"] or {}).items()
+                                   if key != "PYTHONPATH"))
     params = dict(python=p["python"], environment=environment, cache_dir=p["cache_dir"], run_as=p["run_as"])
     # Both imports at once (each is an interpreter importing torch and deep_ep: seconds each with DeepEP V2), and the
     # interpreter read beside them.

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
@@ -156,6 +157,20 @@ def process_env(result):
     merged.update(result.get("jit_env", {}))
     merged.update(result["path_env"])
     return merged
+
+
+# What the env script prepends to rather than sets (render_lines): a sourcing shell keeps what it had behind it.
+SEARCH_PATHS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CPATH")
+
+
+def sourced_env(variables, inherited=None):
+    """variables (the env script's, or process_env's) as a shell that sources the script gives them to a process:
+    search paths in front of the ones inherited (os.environ when None), the rest as they are. The doctor's probe
+    and the import check run with it, so a node whose logins set LD_LIBRARY_PATH (a GKE container's
+    /usr/local/nvidia/lib64) is checked as its users get it, and both probes read one answer from the cache."""
+    inherited = os.environ if inherited is None else inherited
+    return dict((name, value + os.pathsep + inherited[name] if name in SEARCH_PATHS and inherited.get(name) else value)
+                for name, value in variables.items())
 
 
 EXPORT_RE = re.compile(r"export (\w+)=((?:'[^']*')+|[^\s;\"']+)")

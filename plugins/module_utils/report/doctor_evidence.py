@@ -15,7 +15,7 @@ import tarfile
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor import CHECKS, diagnose, summary
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import cxx_runtime_copies
-from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import parse_env_script
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import parse_env_script, sourced_env
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import jit_cache_stats
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.gpu import discover_gpus
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.nvidia_params import (
@@ -187,10 +187,7 @@ def probe_python(module, python, env_script, cache_dir="", user=""):
         return None
     if not os.access(python, os.X_OK):
         return {"python": python, "error": "%s is not an executable interpreter" % python}
-    env = {"LC_ALL": "C"}
-    path_like = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CPATH")
-    for name, value in env_script["vars"].items():
-        env[name] = value + os.pathsep + os.environ[name] if name in path_like and os.environ.get(name) else value
+    env = dict(sourced_env(env_script["vars"]), LC_ALL="C")
     out = {"python": python, "error": None}
     try:
         run = runner(module, probe_account(user))

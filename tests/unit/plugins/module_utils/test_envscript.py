@@ -11,8 +11,10 @@ import pytest
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import (
     EnvError,
     build_env,
+    parse_env_script,
     process_env,
     render_lines,
+    sourced_env,
 )
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.nodes import discovered_node
@@ -164,3 +166,21 @@ def test_jit_cache_is_named_only_to_users_who_can_write_it(tmp_path, request):
     chosen = build_env(result_node, SRC, extra={"EP_JIT_CACHE_DIR": "/scratch/jit"},
                        jit_cache_dir=str(cache))
     assert chosen["jit_env"] == {} and chosen["env"]["EP_JIT_CACHE_DIR"] == "/scratch/jit"
+
+
+def test_sourced_env_is_what_a_shell_that_sources_the_script_exports(tmp_path):
+    result = build_env(discovered_node("gcp_b200", tmp_path), SRC, ld_preload="/opt/nvshmem/lib/libnvshmem_host.so.3",
+                       ld_library_path="/opt/deepep/gdrcopy/builds/f00/lib")
+    script = tmp_path / "env.sh"
+    script.write_text("\n".join(render_lines(result)) + "\n")
+    names = sorted(process_env(result))
+    # A login with a search path of its own (a GKE container's LD_LIBRARY_PATH) and one without (PYTHONPATH).
+    login = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"}
+    shown = subprocess.run(["bash", "-c", '. "$1"; shift; for v in "$@"; do printf "%s=%s\\0" "$v" "${!v}"; done', "-",
+                            str(script)] + names, env=login, capture_output=True, text=True, check=True).stdout
+    by_shell = dict(item.split("=", 1) for item in shown.split("\0") if item)
+    assert sourced_env(parse_env_script(str(script))["vars"], login) == by_shell
+    assert by_shell["LD_LIBRARY_PATH"] == "/opt/deepep/gdrcopy/builds/f00/lib:" + login["LD_LIBRARY_PATH"]
+    assert by_shell["PYTHONPATH"] == SRC and by_shell["LD_PRELOAD"] == "/opt/nvshmem/lib/libnvshmem_host.so.3"
+    # Nothing inherited: the script's values as they are (what DeepEP's tests get, process_env).
+    assert sourced_env(process_env(result), {}) == process_env(result)

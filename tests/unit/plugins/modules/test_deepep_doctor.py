@@ -11,8 +11,9 @@ import shutil
 
 import pytest
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import render_lines
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import process_env, render_lines
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor as module
+from ansible_collections.moe_infra.deepep.plugins.modules import deepep_imports
 from ansible_collections.moe_infra.deepep.tests.fixtures import machines
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
 from ansible_collections.moe_infra.deepep.tests.fixtures.cxx_objects import build_extension
@@ -265,3 +266,26 @@ def test_the_two_interpreter_probes_run_at_once(run_module, tmp_path):
     result, by_id = doctor(run_module, args, python=python)
     assert result["evidence"]["python"]["torch"]["version"] == "2.11.0+cu130"
     assert probes_overlapped(log) == (2, True)
+
+
+def test_the_doctor_reads_the_import_checks_answer_with_an_inherited_library_path(run_module, tmp_path, monkeypatch):
+    """A node whose modules inherit LD_LIBRARY_PATH (a GKE container's /usr/local/nvidia/lib64): the import check
+    and the doctor both run deep_ep's import as a shell that sourced the env script would, so the doctor reads the
+    import check's answer from the probe cache and starts only its stack probe."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64:/usr/local/nvidia/lib")
+    args = node(tmp_path)
+    src = tmp_path / "opt" / "deepep" / "current" / "src"
+    write(src / "deep_ep" / "__init__.py", "MARKER = 'tree'\n")
+    env = {"env": {"NVSHMEM_DISABLE_CUDA_VMM": "1"},
+           "path_env": {"PYTHONPATH": str(src), "LD_LIBRARY_PATH": str(tmp_path / "opt" / "gdrcopy" / "lib")}}
+    write(tmp_path / "opt" / "env.sh", "\n".join(render_lines(env)) + "\n")
+    log = tmp_path / "probes.log"
+    python = timing_interpreter(make_python_site(tmp_path / "venv"), log, seconds=0)
+    cache = str(tmp_path / "cache")
+    checked, failed = run_module(deepep_imports, {"python": python, "src_dir": str(src), "run_as": "",
+                                                  "environment": process_env(env), "cache_dir": cache})
+    assert not failed and checked["with_build_tree"]["importable"] is True, checked
+    assert probes_overlapped(log)[0] == 1
+    result, by_id = doctor(run_module, args, python=python, probe_cache_dir=cache)
+    assert result["evidence"]["python"]["deep_ep"]["file"] == str(src / "deep_ep" / "__init__.py")
+    assert probes_overlapped(log)[0] == 2  # the stack probe alone
