@@ -159,7 +159,7 @@ def process_env(result):
     return merged
 
 
-# What the env script prepends to rather than sets (render_lines): a sourcing shell keeps what it had behind it.
+# Search paths: the env script prepends to them (render_lines), so a sourcing shell keeps what it had behind them.
 SEARCH_PATHS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CPATH")
 
 
