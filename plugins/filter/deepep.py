@@ -145,6 +145,16 @@ def deepep_tests(version, warmup=True, warmup_args=None, elastic_ep_args=None, e
                     {"test": "elastic_barrier", "args": [], "thresholds": {}}]
 
 
+def deepep_jit_cache_dirs(root, group="", reading=None):
+    """V2's JIT cache directories the deepep role still has to create or set, from the node's reading of them."""
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import directories_to_set
+
+    if not isinstance(reading, Mapping) and reading is not None:
+        raise AnsibleFilterError("_deepep_jit_cache_dirs: the reading must be a mapping of path to {mode, group}, got %r"
+                                 % (reading,))
+    return directories_to_set(root, group or "", reading)
+
+
 def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import torch_pin_problems
 
@@ -223,5 +233,6 @@ class FilterModule(object):
             "_deepep_torch_pin": deepep_torch_pin,
             "_deepep_inputs": deepep_inputs,
             "_deepep_tests": deepep_tests,
+            "_deepep_jit_cache_dirs": deepep_jit_cache_dirs,
             "_deepep_build_commands": deepep_build_commands,
         }

@@ -128,6 +128,14 @@ options:
         type: list
         elements: path
         default: []
+      directories:
+        description:
+          - Directories whose mode and group are read (DeepEP V2's JIT cache, which the C(deepep) role creates), so
+            that one already as the role wants it is not set again. One that is missing, a link or not a directory
+            reads as null.
+        type: list
+        elements: path
+        default: []
   gather_subset:
     description:
       - What to read. V(all) reads everything and returns it as C(ansible_facts.deepep), with the layer plan and
@@ -213,7 +221,8 @@ ansible_facts:
           prefix (C(prefixes)) the fingerprint C(current) points at and its C(install_dir), whether that build is
           C(stamped) (verified),
           its C(files) and the C(lock_holder) (the run building there now; null when none); C(digests), the
-          C(sha256) and C(mode) of each file of O(builds.digests) (null when it is not a regular file).
+          C(sha256) and C(mode) of each file of O(builds.digests) (null when it is not a regular file); C(directories),
+          the C(mode) and C(group) of each directory of O(builds.directories) (null when it is not a directory).
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
@@ -246,7 +255,8 @@ INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
 
 
 BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(type="list", elements="str", default=[]),
-                      build_user=dict(type="str", default=""), digests=dict(type="list", elements="path", default=[]))
+                      build_user=dict(type="str", default=""), digests=dict(type="list", elements="path", default=[]),
+                      directories=dict(type="list", elements="path", default=[]))
 
 # What only a whole reading (gather_subset all) takes: they need every part.
 WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds")
@@ -308,7 +318,7 @@ def main():
             module.fail_json(msg="builds: root is required (the collection's prefix, deepep_prefix)")
         p["builds"] = builds
         node["builds"] = read_builds(builds["root"], builds["read_files"] or [], builds["build_user"] or "",
-                                     builds["digests"] or [])
+                                     builds["digests"] or [], builds["directories"] or [])
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

@@ -108,6 +108,12 @@ def VARIABLES(node):  # noqa: N802  (a table, computed per node)
     }
 
 
+def task_lines(out, header):
+    """What the run printed for the task with this header, up to the next task or play."""
+    assert header in out, out
+    return re.split(r"\n(?:TASK|PLAY|RUNNING HANDLER) \[", out[out.index(header) + len(header):].lstrip(" *\n"))[0]
+
+
 def run(node, *extra, playbook="deepep.yml"):
     variables = VARIABLES(node)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
@@ -543,9 +549,19 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
     # No RDMA NIC on this fixture node: NCCL has no Gin network, so V2 runs without its Gin backend (deepep_gin auto).
     assert "export EP_DISABLE_GIN='1'\n" in script, script
     assert re.search(r"\n +compiled: 10\n", out), out  # the warm-up in this node's recorded result
+    jit_task = "TASK [moe_infra.deepep.deepep : Create DeepEP V2's JIT cache]"
+    assert task_lines(out, jit_task).count("changed: [localhost] => (item=") == 3, out
     rc, changed, out = run(node, "-e", extra)
     assert rc == 0 and changed == 0, out
     assert re.search(r"\n +compiled: 10\n", out) and "item=jit_warmup" in out, out
+    # The node's reading (preflight) shows the cache's directories as wanted: the task runs no module.
+    assert task_lines(out, jit_task).startswith("skipping: [localhost]"), out
+    # One changed since (by hand) is read as such and set again, the others are not touched.
+    (cache / "tmp").chmod(0o700)
+    rc, changed, out = run(node, "-e", extra)
+    assert rc == 0 and changed == 1, out
+    assert task_lines(out, jit_task).count("(item=") == 1 and "changed: [localhost] => (item=%s/tmp)" % cache in out
+    assert oct((cache / "tmp").stat().st_mode & 0o7777) == "0o755"
 
 
 def test_v2_with_gin_on_a_node_without_rdma_fails_like_the_gpu_machine_and_nothing_goes_live(node):

@@ -8,6 +8,7 @@ points at on the controller, as the module would, instead of starting the module
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
@@ -103,9 +104,26 @@ def file_digest_and_mode(path):
     return dict(sha256=digest.hexdigest(), mode="%04o" % stat.S_IMODE(info.st_mode))
 
 
-def read_builds(root, read_files, build_user, digests=()):
-    """Every build prefix directly under root (a directory with `current` or `builds`), read with build_state; and
-    the sha256 and mode of each file of digests (the env script), null for one that is not a regular file."""
+def directory_mode_and_group(path):
+    """{mode ('2775'), group (its name, else its number)} of a directory not reached through a link at its last
+    component, else None."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    return dict(mode="%04o" % stat.S_IMODE(info.st_mode), group=group)
+
+
+def read_builds(root, read_files, build_user, digests=(), directories=()):
+    """Every build prefix directly under root (a directory with `current` or `builds`), read with build_state; the
+    sha256 and mode of each file of digests (the env script), null for one that is not a regular file; the mode and
+    group of each of directories (V2's JIT cache), null for one that is not a directory."""
     prefixes = {}
     try:
         names = sorted(os.listdir(root))
@@ -117,7 +135,8 @@ def read_builds(root, read_files, build_user, digests=()):
             prefixes[prefix] = build_state(prefix, read_files)
     return dict(root=root, read_files=sorted(read_files), build_user=build_user,
                 build_user_exists=user_exists(build_user), prefixes=prefixes,
-                digests=dict((path, file_digest_and_mode(path)) for path in digests))
+                digests=dict((path, file_digest_and_mode(path)) for path in digests),
+                directories=dict((path, directory_mode_and_group(path)) for path in directories))
 
 
 def build_inputs(params, digest, patches):

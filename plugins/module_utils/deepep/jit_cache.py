@@ -51,3 +51,20 @@ def jit_cache_stats(root):
     if os.path.isdir(tmp) and not os.path.islink(tmp):
         stats["tmp_entries"] = len(os.listdir(tmp))
     return stats
+
+
+def cache_directories(root):
+    """The directories of the cache at root the deepep role creates: root, its cache/ and its tmp/."""
+    return [root, os.path.join(root, "cache"), os.path.join(root, "tmp")]
+
+
+def directories_to_set(root, group, reading):
+    """Those of cache_directories(root) that a reading of their mode and group (deepep_facts' builds.directories:
+    {path: {mode, group} or null}) does not show as the role sets them: mode 2775 and the group when a group shares
+    the cache, else mode 0755 (whatever the group). A directory the reading has no answer for, or a group given by
+    number, is set (the file module then finds out)."""
+    wanted_mode = "2775" if group else "0755"
+    reading = reading or {}
+    return [path for path in cache_directories(root)
+            if not reading.get(path) or reading[path].get("mode") != wanted_mode
+            or (group and (str(group).isdigit() or reading[path].get("group") != group))]

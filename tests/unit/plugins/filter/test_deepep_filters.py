@@ -111,6 +111,29 @@ def test_deepep_tests_per_version():
         F["_deepep_tests"]("v3")
 
 
+def test_deepep_jit_cache_dirs_are_those_the_reading_does_not_show_as_wanted():
+    root, cache, tmp = "/opt/deepep/jit-cache", "/opt/deepep/jit-cache/cache", "/opt/deepep/jit-cache/tmp"
+    dirs = F["_deepep_jit_cache_dirs"]
+    # No reading (a run without preflight's builds reading): all three, as the role always set them.
+    assert dirs(root) == dirs(root, "", None) == [root, cache, tmp]
+    as_root = {root: {"mode": "0755", "group": "root"}, cache: {"mode": "0755", "group": "root"},
+               tmp: {"mode": "0755", "group": "root"}}
+    assert dirs(root, "", as_root) == []
+    # A directory missing (or a link, read as null) or with another mode is set again; the group matters only when
+    # one shares the cache.
+    assert dirs(root, "", dict(as_root, **{tmp: None})) == [tmp]
+    assert dirs(root, "", dict(as_root, **{cache: {"mode": "2775", "group": "root"}})) == [cache]
+    assert dirs(root, "", dict(as_root, **{cache: {"mode": "0755", "group": "jobs"}})) == []
+    shared = dict((path, {"mode": "2775", "group": "jobs"}) for path in (root, cache, tmp))
+    assert dirs(root, "jobs", shared) == []
+    assert dirs(root, "ml", shared) == [root, cache, tmp]
+    assert dirs(root, "jobs", as_root) == [root, cache, tmp]
+    # A group given by number cannot be compared with the names read: the file module decides.
+    assert dirs(root, "1234", shared) == [root, cache, tmp]
+    with pytest.raises(AnsibleFilterError, match="the reading must be a mapping"):
+        dirs(root, "", ["/opt/deepep/jit-cache"])
+
+
 ENV = {"env": {"NVSHMEM_IB_ENABLE_IBGDA": "1", "DEEP_EP_HCA_MAP": "0:mlx5_0:1"}, "path_env": {"PYTHONPATH": "/opt/deepep/src"},
        "jit_env": {}, "ibgda": True, "notes": []}
 

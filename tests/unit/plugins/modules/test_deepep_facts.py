@@ -3,7 +3,9 @@
 hand-written mapping applied, the layer plan, where and when it was read)."""
 from __future__ import annotations
 
+import grp
 import hashlib
+import os
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
 from ansible_collections.moe_infra.deepep.plugins.modules import deepep_doctor, deepep_facts, deepep_node_info, torch_stack_info
@@ -200,14 +202,25 @@ def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_mo
     (opt / "env.sh").write_text("export NVSHMEM_IB_GID_INDEX=3\n")
     (opt / "env.sh").chmod(0o640)
     (opt / "linked.sh").symlink_to(opt / "env.sh")
+    (opt / "jit-cache" / "cache").mkdir(parents=True)
+    (opt / "jit-cache").chmod(0o2775)
+    (opt / "jit-cache" / "cache").chmod(0o700)
+    (opt / "jit-cache" / "tmp").symlink_to(tmp_path)  # a link is not the directory the role creates
     asked = {"root": str(opt), "read_files": ["include/gdrapi.h", "imports.node-record"], "build_user": "root",
-             "digests": [str(opt / "env.sh"), str(opt / "linked.sh"), str(opt / "missing.sh")]}
+             "digests": [str(opt / "env.sh"), str(opt / "linked.sh"), str(opt / "missing.sh")],
+             "directories": [str(opt / "jit-cache"), str(opt / "jit-cache" / "cache"), str(opt / "jit-cache" / "tmp"),
+                             str(opt / "env.sh"), str(opt / "missing")]}
     result, failed = gather(run_module, tmp_path / "sys", builds=asked)
     assert not failed, result
     builds = result["ansible_facts"]["deepep"]["builds"]
     assert builds["digests"] == {
         str(opt / "env.sh"): {"mode": "0640", "sha256": hashlib.sha256(b"export NVSHMEM_IB_GID_INDEX=3\n").hexdigest()},
         str(opt / "linked.sh"): None, str(opt / "missing.sh"): None}
+    group = grp.getgrgid(os.getgid()).gr_name
+    assert builds["directories"] == {
+        str(opt / "jit-cache"): {"mode": "2775", "group": group},
+        str(opt / "jit-cache" / "cache"): {"mode": "0700", "group": group},
+        str(opt / "jit-cache" / "tmp"): None, str(opt / "env.sh"): None, str(opt / "missing"): None}
     assert builds["build_user_exists"] is True and builds["read_files"] == ["imports.node-record", "include/gdrapi.h"]
     assert builds["prefixes"] == {
         str(opt / "gdrcopy"): {"current": "0123456789abcdef", "install_dir": str(build), "stamped": True,
