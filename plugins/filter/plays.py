@@ -21,7 +21,7 @@ CONTROLLER_MODULE_UTILS = (
     "report.site_validate", "report.layer_plan", "report.doctor", "report.cluster_report_writer", "build.fanout",
     "build.nvshmem", "build.nccl", "build.build_commands", "build.build_state", "build.fingerprint",
     "build.build_progress", "deepep.compat", "deepep.build_inputs", "deepep.envscript", "deepep.jit_cache",
-    "system.prerequisites", "node.nvidia_params",
+    "deepep.bench_reuse", "system.prerequisites", "node.nvidia_params",
 )
 PENDING_GROUP = "deepep_reboot_pending"
 

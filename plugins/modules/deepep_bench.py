@@ -101,6 +101,14 @@ options:
       - DeepEP V2's JIT cache (the C(EP_JIT_CACHE_DIR) of O(environment)); its kernels are counted before and
         after the run. Required for O(test=jit_warmup).
     type: path
+  known_builds:
+    description:
+      - The node's reading of what the build layers installed, as M(moe_infra.deepep.deepep_facts) read it
+        (C(ansible_facts.deepep.builds), with C(reports) and C(jit_cache)), handled by the action plugin. A test
+        whose O(report) there holds a pass under the same O(verified_for), command, environment and thresholds (and,
+        for a warm-up, a JIT cache with no fewer kernels than it left) is answered from that reading, as this module
+        would answer it (C(reused)), with no module run on the node. Any other case runs this module as without it.
+    type: dict
   run_as:
     description:
       - Run the test as this unprivileged user (the build user) instead of the module's user, with no
@@ -179,7 +187,6 @@ jit:
   type: dict
 """
 
-import hashlib
 import json
 import os
 import pwd
@@ -196,81 +203,48 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.deepep_out
     parse_intranode,
     parse_low_latency,
 )
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.bench_reuse import (
+    ARGUMENT_SPEC,
+    REPORT_KEYS,
+    bench_command,
+    reusable,
+    verification_key,
+)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.envscript import parse_env_script
 from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import jit_cache_stats
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import account_of, lend_tree, run_as
 
-SCRIPTS = {"intranode": "test_intranode.py", "internode": "test_internode.py", "low_latency": "test_low_latency.py",
-           "elastic_ep": os.path.join("elastic", "test_ep.py"), "elastic_barrier": os.path.join("elastic", "test_barrier.py"),
-           "jit_warmup": os.path.join("elastic", "test_ep.py")}
 PARSERS = {"intranode": parse_intranode, "internode": parse_internode, "low_latency": parse_low_latency,
            "elastic_ep": parse_elastic_ep, "elastic_barrier": parse_elastic_barrier, "jit_warmup": parse_elastic_ep}
 
 
 SEARCH_PATHS = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
-REPORT_KEYS = ("passed", "rc", "seconds", "result", "below_thresholds", "command", "jit", "user")
 
 
-def verification_key(params, command):
-    """Digest of what a pass vouches for: the build, the command, its environment and the thresholds."""
-    if not params["verified_for"]:
-        return None
-    what = dict(verified_for=params["verified_for"], command=command, timeout=params["timeout"],
-                environment={k: str(v) for k, v in params["environment"].items()}, env_script=params["env_script"],
-                thresholds=params["thresholds"], min_checks_passed=params["min_checks_passed"],
-                jit_cache_dir=params["jit_cache_dir"], run_as=params["run_as"])
-    return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-
-
-def earlier_pass(path, key):
-    """The report at path when it records a pass under key, else None."""
-    if not key or not path or not os.path.isfile(path):
+def read_report(path):
+    """The JSON report at path, or None."""
+    if not path or not os.path.isfile(path):
         return None
     try:
         with open(path) as handle:
-            report = json.load(handle)
+            return json.load(handle)
     except (OSError, ValueError):
         return None
-    if report.get("verification_key") != key or report.get("passed") is not True:
-        return None
-    return report
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type="path", required=True),
-            deepep_dir=dict(type="path", required=True),
-            test=dict(type="str", required=True, choices=list(SCRIPTS)),
-            num_processes=dict(type="int", required=True),
-            extra_args=dict(type="list", elements="str", default=[]),
-            environment=dict(type="dict", default={}),
-            env_script=dict(type="path"),
-            timeout=dict(type="int", default=900),
-            thresholds=dict(type="dict", default={}),
-            min_checks_passed=dict(type="int", default=24, no_log=False),
-            log=dict(type="path", required=True),
-            report=dict(type="path"),
-            verified_for=dict(type="str", default=""),
-            rerun=dict(type="bool", default=False),
-            jit_cache_dir=dict(type="path"),
-            run_as=dict(type="str", default=""),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params
-    script = os.path.join(p["deepep_dir"], "tests", SCRIPTS[p["test"]])
-    command = [p["python"], script, "--num-processes", str(p["num_processes"])] + p["extra_args"]
+    command = bench_command(p)
+    script = command[1]
     verification = verification_key(p, command)
-    earlier = None if p["rerun"] else earlier_pass(p["report"], verification)
-    if earlier and p["test"] == "jit_warmup" and p["jit_cache_dir"]:
-        # A warm-up vouches for the cache it left: one emptied or pruned since is warmed again.
-        if jit_cache_stats(p["jit_cache_dir"])["kernels"] < ((earlier.get("jit") or {}).get("kernels") or 0):
-            earlier = None
+    earlier = reusable(p, read_report(p["report"]), jit_cache_stats(p["jit_cache_dir"])["kernels"]
+                       if p["test"] == "jit_warmup" and p["jit_cache_dir"] else None)
     if earlier:
-        module.exit_json(changed=False, reused=True, log=p["log"], **{k: earlier.get(k) for k in REPORT_KEYS},
-                         msg="DeepEP %s test not run again: it passed for %s with the same command, environment "
-                             "and thresholds (%s); rerun runs it" % (p["test"], p["verified_for"], p["report"]))
+        module.exit_json(**earlier)
     if module.check_mode:
         # Nothing runs in check mode; the tree may not even be built yet.
         # No rc key: Ansible reads any rc other than 0 as a failure.

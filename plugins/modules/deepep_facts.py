@@ -136,6 +136,17 @@ options:
         type: list
         elements: path
         default: []
+      report_dir:
+        description:
+          - The directory of DeepEP's test reports (C(deepep_report_dir)), each C(*.json) regular file directly in it
+            (not through a link, up to 1 MiB) is read, so that M(moe_infra.deepep.deepep_bench) answers a test that
+            passed before without a module run on the node. Unset, none is read.
+        type: path
+      jit_cache:
+        description:
+          - DeepEP V2's JIT cache (C(deepep_jit_cache_dir)), whose kernels are counted, so that a warm-up that passed
+            before is answered without a module run while the cache still holds what it left. Unset, not read.
+        type: path
   gather_subset:
     description:
       - What to read. V(all) reads everything and returns it as C(ansible_facts.deepep), with the layer plan and
@@ -222,7 +233,10 @@ ansible_facts:
           C(stamped) (verified),
           its C(files) and the C(lock_holder) (the run building there now; null when none); C(digests), the
           C(sha256) and C(mode) of each file of O(builds.digests) (null when it is not a regular file); C(directories),
-          the C(mode) and C(group) of each directory of O(builds.directories) (null when it is not a directory).
+          the C(mode) and C(group) of each directory of O(builds.directories) (null when it is not a directory);
+          C(reports), with O(builds.report_dir), each JSON report there by path (null when it is not a JSON object);
+          C(jit_cache), with O(builds.jit_cache), the cache's C(dir), C(exists), C(kernels), C(corrupted), C(bytes),
+          C(tmp_entries), C(mode) and C(gid).
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
@@ -256,7 +270,8 @@ INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
 
 BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(type="list", elements="str", default=[]),
                       build_user=dict(type="str", default=""), digests=dict(type="list", elements="path", default=[]),
-                      directories=dict(type="list", elements="path", default=[]))
+                      directories=dict(type="list", elements="path", default=[]), report_dir=dict(type="path"),
+                      jit_cache=dict(type="path"))
 
 # What only a whole reading (gather_subset all) takes: they need every part.
 WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds")
@@ -318,7 +333,8 @@ def main():
             module.fail_json(msg="builds: root is required (the collection's prefix, deepep_prefix)")
         p["builds"] = builds
         node["builds"] = read_builds(builds["root"], builds["read_files"] or [], builds["build_user"] or "",
-                                     builds["digests"] or [], builds["directories"] or [])
+                                     builds["digests"] or [], builds["directories"] or [], builds["report_dir"],
+                                     builds["jit_cache"])
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

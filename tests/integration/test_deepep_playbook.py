@@ -551,11 +551,15 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
     assert re.search(r"\n +compiled: 10\n", out), out  # the warm-up in this node's recorded result
     jit_task = "TASK [moe_infra.deepep.deepep : Create DeepEP V2's JIT cache]"
     assert task_lines(out, jit_task).count("changed: [localhost] => (item=") == 3, out
-    rc, changed, out = run(node, "-e", extra)
+    rc, changed, out = run(node, "-e", extra, "-vvv")  # -vvv: each module run names its module file
     assert rc == 0 and changed == 0, out
     assert re.search(r"\n +compiled: 10\n", out) and "item=jit_warmup" in out, out
     # The node's reading (preflight) shows the cache's directories as wanted: the task runs no module.
-    assert task_lines(out, jit_task).startswith("skipping: [localhost]"), out
+    assert "skipping: [localhost]" in task_lines(out, jit_task) and "(item=" not in task_lines(out, jit_task), out
+    # The tests that passed are answered on the controller from that reading (deepep_bench's action plugin).
+    tests = task_lines(out, "TASK [moe_infra.deepep.deepep : Run DeepEP's tests]")
+    assert tests.count("reused: true") == 3 and "modules/deepep_bench.py" not in tests, tests
+    assert "modules/deepep_facts.py" in out  # what a module run prints at -vvv
     # One changed since (by hand) is read as such and set again, the others are not touched.
     (cache / "tmp").chmod(0o700)
     rc, changed, out = run(node, "-e", extra)

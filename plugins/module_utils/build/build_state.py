@@ -16,6 +16,7 @@ import pwd
 import stat
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.jit_cache import jit_cache_stats
 
 STAMP = ".moe_infra_stamp.json"
 
@@ -120,10 +121,38 @@ def directory_mode_and_group(path):
     return dict(mode="%04o" % stat.S_IMODE(info.st_mode), group=group)
 
 
-def read_builds(root, read_files, build_user, digests=(), directories=()):
+def read_reports(directory, limit=1 << 20):
+    """{path: the report} for each *.json regular file directly in directory (not through a link, at most limit
+    bytes), null for one that is not a JSON object; {} when there is no such directory."""
+    reports = {}
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
+    except OSError:
+        return reports
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            data = handle.read(limit + 1)
+        try:
+            report = json.loads(data.decode("utf-8")) if len(data) <= limit else None
+        except ValueError:
+            report = None
+        reports[path] = report if isinstance(report, dict) else None
+    return reports
+
+
+def read_builds(root, read_files, build_user, digests=(), directories=(), report_dir=None, jit_cache=None):
     """Every build prefix directly under root (a directory with `current` or `builds`), read with build_state; the
     sha256 and mode of each file of digests (the env script), null for one that is not a regular file; the mode and
-    group of each of directories (V2's JIT cache), null for one that is not a directory."""
+    group of each of directories (V2's JIT cache), null for one that is not a directory; with report_dir, its JSON
+    reports (DeepEP's tests'); with jit_cache, V2's JIT cache as jit_cache_stats reads it."""
     prefixes = {}
     try:
         names = sorted(os.listdir(root))
@@ -136,7 +165,9 @@ def read_builds(root, read_files, build_user, digests=(), directories=()):
     return dict(root=root, read_files=sorted(read_files), build_user=build_user,
                 build_user_exists=user_exists(build_user), prefixes=prefixes,
                 digests=dict((path, file_digest_and_mode(path)) for path in digests),
-                directories=dict((path, directory_mode_and_group(path)) for path in directories))
+                directories=dict((path, directory_mode_and_group(path)) for path in directories),
+                reports=read_reports(report_dir) if report_dir else None,
+                jit_cache=jit_cache_stats(jit_cache) if jit_cache else None)
 
 
 def build_inputs(params, digest, patches):

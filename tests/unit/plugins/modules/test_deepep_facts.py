@@ -206,10 +206,22 @@ def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_mo
     (opt / "jit-cache").chmod(0o2775)
     (opt / "jit-cache" / "cache").chmod(0o700)
     (opt / "jit-cache" / "tmp").symlink_to(tmp_path)  # a link is not the directory the role creates
+    kernel = opt / "jit-cache" / "cache" / "kernel.dispatch.0123"
+    kernel.mkdir()
+    (kernel / "kernel.cu").write_text("// cu\n")
+    (kernel / "kernel.cubin").write_text("cubin")
+    reports = opt / "reports"
+    reports.mkdir()
+    (reports / "elastic_ep.json").write_text('{"passed": true, "verification_key": "0123456789abcdef"}')
+    (reports / "elastic_ep.log").write_text("not a report\n")
+    (reports / "listed.json").write_text("[1, 2]")
+    (reports / "torn.json").write_text('{"passed": tr')
+    (reports / "linked.json").symlink_to(reports / "elastic_ep.json")
     asked = {"root": str(opt), "read_files": ["include/gdrapi.h", "imports.node-record"], "build_user": "root",
              "digests": [str(opt / "env.sh"), str(opt / "linked.sh"), str(opt / "missing.sh")],
              "directories": [str(opt / "jit-cache"), str(opt / "jit-cache" / "cache"), str(opt / "jit-cache" / "tmp"),
-                             str(opt / "env.sh"), str(opt / "missing")]}
+                             str(opt / "env.sh"), str(opt / "missing")],
+             "report_dir": str(reports), "jit_cache": str(opt / "jit-cache")}
     result, failed = gather(run_module, tmp_path / "sys", builds=asked)
     assert not failed, result
     builds = result["ansible_facts"]["deepep"]["builds"]
@@ -221,6 +233,10 @@ def test_the_build_prefixes_are_read_with_the_node_and_again_with_same_as(run_mo
         str(opt / "jit-cache"): {"mode": "2775", "group": group},
         str(opt / "jit-cache" / "cache"): {"mode": "0700", "group": group},
         str(opt / "jit-cache" / "tmp"): None, str(opt / "env.sh"): None, str(opt / "missing"): None}
+    # The reports: JSON objects by path (a torn or non-object one null, a link or another file not read).
+    assert builds["reports"] == {str(reports / "elastic_ep.json"): {"passed": True, "verification_key": "0123456789abcdef"},
+                                 str(reports / "listed.json"): None, str(reports / "torn.json"): None}
+    assert builds["jit_cache"]["kernels"] == 1 and builds["jit_cache"]["dir"] == str(opt / "jit-cache")
     assert builds["build_user_exists"] is True and builds["read_files"] == ["imports.node-record", "include/gdrapi.h"]
     assert builds["prefixes"] == {
         str(opt / "gdrcopy"): {"current": "0123456789abcdef", "install_dir": str(build), "stamped": True,
