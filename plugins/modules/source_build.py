@@ -451,7 +451,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.inputs imp
     git_ref_problem,
     git_url_problem,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock, describe, kill_group, process_start
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import PrefixLock, describe, end_group, kill_group, process_start
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state import (
     STAMP,
     build_inputs,
@@ -723,7 +723,9 @@ class SourceBuild(object):
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
         finally:
-            kill_group(pid)  # leftovers of the step (daemons, background jobs), or the step itself on SIGTERM
+            # Leftovers of the step (daemons, background jobs), or the step itself on SIGTERM: ended, and gone
+            # before the tree is read, handed back or pruned.
+            end_group(pid)
             if status is None:
                 exit_status(pid, wait=True)
             if account:

@@ -67,6 +67,38 @@ def kill_group(pgid, sig=signal.SIGKILL):
     return True
 
 
+def group_members(pgid, proc_root="/proc"):
+    """The pids of the process group's processes that still run (zombies left out: they run nothing)."""
+    members = []
+    for name in os.listdir(proc_root):
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, name, "stat")) as handle:
+                stat = handle.read()
+        except (OSError, IOError):
+            continue
+        # After the command name: state, ppid, pgrp.
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            members.append(int(name))
+    return members
+
+
+def end_group(pgid, timeout=10.0, proc_root="/proc"):
+    """SIGKILL a process group and wait (bounded) until none of its processes runs. The signal is delivered
+    asynchronously: on a busy node a build's background job could otherwise still run, and write, while the
+    caller hands back or removes its tree. The pids still running at the timeout, [] when the group is gone."""
+    if not kill_group(pgid):
+        return []
+    deadline = time.time() + timeout
+    members = group_members(pgid, proc_root)
+    while members and time.time() < deadline:
+        time.sleep(0.02)
+        members = group_members(pgid, proc_root)
+    return members
+
+
 class PrefixLock(object):
 
     def __init__(self, prefix):
@@ -134,7 +166,7 @@ class PrefixLock(object):
         pgid = previous["build_pgid"]
         if process_start(pgid) != previous.get("build_start"):
             return None
-        kill_group(pgid)
+        end_group(pgid)
         return pgid
 
     def _write_info(self):

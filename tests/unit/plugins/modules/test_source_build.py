@@ -557,16 +557,18 @@ def test_a_build_nobody_checks_on_stops_and_frees_the_lock(run_module, src, tmp_
     heartbeat = tmp_path / "alive"
     started = time.time()
     # The run that started it is gone: nothing touches the heartbeat after the module's own first touch.
-    failed = build(run_module, src, prefix, expect_fail=True, build_command="sleep 5 & sleep 60",
-                   abandon_after=2, heartbeat=str(heartbeat))
+    # Both sleeps outlive the 2 s (the background one too); their arguments name them on this machine alone.
+    failed = build(run_module, src, prefix, expect_fail=True, abandon_after=2, heartbeat=str(heartbeat),
+                   build_command="sleep 59.{0} & sleep 60.{0}".format(os.getpid()))
     assert time.time() - started < 30
     assert "build of demo stopped: nobody checked on it for 2 s" in failed["msg"], failed["msg"]
     assert "interrupted or lost its connection" in failed["msg"]
     assert current_target(prefix) == "builds/" + first["fingerprint"]
     assert "# stopped: nobody checked on this build" in (prefix / "builds" / failed["fingerprint"] / "build.log").read_text()
     assert not heartbeat.exists() and not (prefix / ".lock.json").exists()
-    # Every process of the build's group was ended (the background sleep too).
-    out = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True, check=False).stdout
+    # Every process of the build's group was ended (the background sleep too), and gone when the module returned.
+    out = subprocess.run(["pgrep", "-f", r"sleep (59|60)\.%d" % os.getpid()], capture_output=True, text=True,
+                         check=False).stdout
     assert out.strip() == ""
 
 
