@@ -8,6 +8,7 @@ import sys
 import time
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_lock import end_group, group_members
+from ansible_collections.moe_infra.deepep.tests.fixtures.processes import alive_with
 
 
 def write_stat(proc_root, pid, comm, state, pgrp):
@@ -31,34 +32,18 @@ def test_group_members_are_the_running_processes_of_that_group(tmp_path):
     assert group_members(999, str(proc_root)) == []
 
 
-def alive(marker):
-    """Live (not zombie) processes whose command line holds marker."""
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as handle:
-                cmdline = handle.read().decode("utf-8", "replace")
-            with open("/proc/%s/stat" % name) as handle:
-                state = handle.read().rsplit(")", 1)[-1].split()[0]
-        except (OSError, ValueError):
-            continue
-        if marker in cmdline and state != "Z":
-            found.append(int(name))
-    return found
-
-
 def test_end_group_returns_when_every_process_of_the_group_is_gone():
     marker = "61.%d" % os.getpid()  # a command line no other process has
     # A group leader with a background job, as a build step with a daemon or `cmd &` leaves one.
     leader = subprocess.Popen(["/bin/bash", "-c", "sleep %s & sleep %s; wait" % (marker, marker)],
                               start_new_session=True)
     deadline = time.time() + 10
-    while len(alive(marker)) < 3 and time.time() < deadline:
+    while len(alive_with(marker)) < 3 and time.time() < deadline:
         time.sleep(0.02)
-    assert len(alive(marker)) == 3  # the shell (its command line holds the marker too) and its two sleeps
+    assert len(alive_with(marker)) == 3  # the shell (its command line holds the marker too) and its two sleeps
     assert end_group(leader.pid) == []
     # Checked at once, with nothing reaped by the caller yet: nothing of the group runs any more.
-    assert alive(marker) == []
+    assert alive_with(marker) == []
     assert group_members(leader.pid) == []
     assert leader.wait(timeout=10) == -9
 

@@ -10,22 +10,7 @@ import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import start_as
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER
-
-
-def alive_with(marker):
-    """pids of the live (not zombie) processes whose command line holds marker."""
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as handle:
-                cmdline = handle.read().decode("utf-8", "replace")
-            with open("/proc/%s/stat" % name) as handle:
-                state = handle.read().rsplit(")", 1)[-1].split()[0]
-        except (OSError, ValueError):
-            continue
-        if marker in cmdline and state != "Z":
-            found.append(int(name))
-    return found
+from ansible_collections.moe_infra.deepep.tests.fixtures.processes import alive_with
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs commands as another user: needs root")
