@@ -22,6 +22,8 @@ description:
     upgrade reinstalls its NCCL wheel) are backed up anew before they are replaced.
   - V(absent) puts the wheel's original files back when the files in place are still the build's, and forgets the
     record either way; that is what a later C(deepep_version=v1) run or a rollback needs.
+  - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
+    by every user of the interpreter.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -296,6 +298,9 @@ class NcclRuntime(object):
 
 
 def main():
+    # Whatever umask the login has (a hardened 027 or 077): every user of the node that runs jobs with this
+    # interpreter must read what is installed into it.
+    os.umask(0o022)
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="path", required=True),

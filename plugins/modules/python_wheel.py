@@ -17,6 +17,8 @@ description:
   - Idempotent by content, not by version string (DeepEP builds of one release all say C(1.2.1)). Nothing is
     done when every file the wheel's C(RECORD) lists is installed with the same hash; a rebuild against another
     torch has other hashes and is installed.
+  - pip runs with umask 022 whatever the login's (a hardened 027 or 077), so every user of the interpreter can
+    import what it installs.
   - Check mode reports what would be installed and changes nothing; a wheel that is not there yet (its build has
     not run in check mode) is reported as a change.
   - A wheel is refused, and nothing installed, when it holds a top-level C(.pth) file (the interpreter runs its
@@ -239,6 +241,9 @@ def remove_distribution(module, site, name):
 
 
 def main():
+    # Whatever umask the login has (a hardened 027 or 077): every user of the node that runs jobs with this
+    # interpreter must read what is installed into it.
+    os.umask(0o022)
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="path", required=True),

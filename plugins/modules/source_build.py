@@ -21,6 +21,8 @@ description:
   - In check mode it reports whether it would build and why (which inputs changed), building nothing.
   - Long builds should run in the background (O(build_timeout)) so SSH timeouts do not kill them; the log is kept
     under the build directory.
+  - It runs with umask 022 whatever the login's (a hardened 027 or 077), so that every user of the node can read what
+    it installs and the build user can reach its build directory.
 author:
   - moe_infra maintainers (@moe-infra)
 options:
@@ -215,6 +217,9 @@ options:
         its process group (C(setsid)); the tree is handed back without following a link (each directory opened
         with C(O_NOFOLLOW) from its parent), with no write bit for group and others and no setuid, setgid or
         sticky bit, and FIFOs and sockets removed. O(read_files) never reads through a link.
+      - Where the user could not reach its build directory (a directory on the way to O(prefix) it may not
+        search, as for a prefix under C(/root) or a 0700 home), the module fails before it builds, naming that
+        directory and the fix.
       - Not part of the fingerprint. Empty or unset, the commands run as the module's user. The user must exist.
     type: str
   state:
@@ -437,8 +442,10 @@ import os
 import pwd
 import re
 import resource
+import select
 import shutil
 import signal
+import stat
 import tarfile
 import time
 import zlib
@@ -462,7 +469,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import cxx_runtime_copies, cxx_runtime_message
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.safe_tar import UNSAFE_ERRORS, NoSafeExtraction, extract_all
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import boot_ticks_now, chown_tree, end_processes_of
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import (
+    boot_ticks_now, chown_tree, end_processes_of, first_unsearchable, owner_text)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fingerprint import (
     changed_inputs,
     file_digest,
@@ -618,6 +626,12 @@ class SourceBuild(object):
         except ARCHIVE_ERRORS as exc:
             if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                 raise
+            if isinstance(exc, PermissionError):
+                account = self.build_account()
+                raise BuildFailed("the source archive %s could not be unpacked into %s as %s (%s): a permission on "
+                                  "this node, not the archive; nothing was built from it"
+                                  % (archive, dest, account[2] if account else "this user",
+                                     exc if exc.filename else exc.strerror))
             if isinstance(exc, UNSAFE_ERRORS):
                 raise BuildFailed("the source archive %s holds a member that would not stay in the build directory "
                                   "(%s): nothing was extracted from it. Check where it came from" % (archive, exc),
@@ -682,6 +696,20 @@ class SourceBuild(object):
                       "as %s" % (user, pwd.getpwuid(os.getuid()).pw_name))
         return entry.pw_uid, entry.pw_gid, user
 
+    def check_build_user_reaches(self, path):
+        """Fail, before anything is made, where the build user could not reach path (its build directory's
+        parent): a prefix under a directory only root may enter (/root, a 0700 home, a 0750 parent)."""
+        account = self.build_account()
+        blocked = first_unsearchable(path, account[0], account[1]) if account else None
+        if blocked is not None:
+            directory, info = blocked
+            self.fail("build_user: %s cannot reach %s: %s (mode %04o, owner %s) does not let it search. Use a "
+                      "prefix every user can reach (the roles' default is under /opt), let others search that "
+                      "directory (chmod o+x %s), or set build_user to '' to build as %s; nothing was built"
+                      % (account[2], path, directory, stat.S_IMODE(info.st_mode), owner_text(info), directory,
+                         pwd.getpwuid(os.getuid()).pw_name),
+                      unreachable=directory)
+
     @staticmethod
     def chown_tree(path, uid, gid, sanitize=False):
         chown_tree(path, uid, gid, sanitize)
@@ -708,6 +736,7 @@ class SourceBuild(object):
         abandon_after = self.params["abandon_after"]
         status = None
         pause = 0.02  # a quick step answers at once; a long one is looked at every second
+        exited = exit_handle(pid)
         try:
             while status is None:
                 status = exit_status(pid, wait=False)
@@ -720,9 +749,15 @@ class SourceBuild(object):
                               "interrupted or lost its connection)\n" % abandon_after)
                     log.flush()
                     return ABANDONED
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
+                if exited is not None:
+                    # Woken the moment the step exits (its end was noticed up to a second late).
+                    select.select([exited], [], [], 1.0)
+                else:
+                    time.sleep(pause)
+                    pause = min(pause * 2, 1.0)
         finally:
+            if exited is not None:
+                os.close(exited)
             # Leftovers of the step (daemons, background jobs), or the step itself on SIGTERM: ended, and gone
             # before the tree is read, handed back or pruned.
             end_group(pid)
@@ -1133,6 +1168,7 @@ class SourceBuild(object):
             result["files"] = self.read_files(install_dir) if built else {}
             return result
         if action is not None:
+            self.check_build_user_reaches(self.builds)
             os.makedirs(self.builds, exist_ok=True)
             if action == "build":
                 result["build_seconds"], result["build_cpu_seconds"] = self.build(fp, digest, inputs)
@@ -1183,6 +1219,15 @@ def children_cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
+def exit_handle(pid):
+    """A descriptor that becomes readable when the child pid exits (a pidfd: Linux 5.3, Python 3.9), or None where
+    there is none; the child is still waited for with waitpid."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def exit_status(pid, wait):
     """The child's exit status like a shell's (128 + signal when killed), or None while it runs (wait=False)."""
     done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
@@ -1220,6 +1265,9 @@ def _terminated(signum, frame):
 def main():
     # A SIGTERM ends the module through its cleanup: the build's process group ended, the lock released.
     signal.signal(signal.SIGTERM, _terminated)
+    # Whatever umask the login has (a hardened 027 or 077): the build user must reach its build directory, and
+    # every user of the node read what is installed.
+    os.umask(0o022)
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),

@@ -121,7 +121,9 @@ def _extract_as(tar, dest, uid, gid):
         except UNSAFE_ERRORS as exc:
             code, text = 3, str(exc)
         except OSError as exc:
-            code, text = (4 if exc.errno == errno.ENOSPC else 5), str(exc)
+            # A full disk and a permission are the node's, not the archive's: each keeps its own words.
+            code = {errno.ENOSPC: 4, errno.EACCES: 6, errno.EPERM: 6}.get(exc.errno, 5)
+            text = str(exc)
         except BaseException as exc:  # pylint: disable=broad-except
             code, text = 5, str(exc) or type(exc).__name__
         os.write(write_end, text.encode("utf-8", "replace")[:4000])
@@ -135,6 +137,8 @@ def _extract_as(tar, dest, uid, gid):
         raise UnsafeMember(text)
     if code == 4:
         raise OSError(errno.ENOSPC, text)
+    if code == 6:
+        raise PermissionError(errno.EACCES, text)
     if code:
         raise tarfile.ReadError(text or "the extraction ended with status %d" % status)
     # Root's again, without following a link the archive planted; no setuid bit, nothing writable by others.

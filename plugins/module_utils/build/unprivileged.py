@@ -8,6 +8,7 @@ without following a link the user could have planted."""
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
 import resource
@@ -195,6 +196,59 @@ def demoted(uid, gid):
         os.setgid(gid)
         os.setuid(uid)
     return become
+
+
+def first_unsearchable(path, uid, gid):
+    """The first directory on the way to path (its real path, from /) that uid:gid, with no supplementary group (as
+    a build step runs), may not search: (directory, its os.stat), or None where it reaches the whole path or the
+    rest does not exist yet (the module creates it, searchable). Asked of the kernel by a child that became that
+    user (a fork, no interpreter to start: this one may sit where the user cannot go), so ACLs count."""
+    if uid == 0:
+        return None
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.close(read_end)
+        blocked = ""
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            current = "/"
+            for part in [p for p in os.path.realpath(path).split("/") if p]:
+                current = os.path.join(current, part)
+                if not os.path.lexists(current):
+                    break
+                if not os.access(current, os.X_OK):
+                    blocked = current
+                    break
+        finally:
+            os.write(write_end, blocked.encode("utf-8", "surrogateescape"))
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while True:
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    blocked = b"".join(chunks).decode("utf-8", "surrogateescape")
+    return (blocked, os.stat(blocked)) if blocked else None
+
+
+def owner_text(info):
+    """user:group of a stat result, by name where the node has one."""
+    try:
+        user = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        user = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    return "%s:%s" % (user, group)
 
 
 def run_as(account, argv, cwd, env, scratch_home=False):

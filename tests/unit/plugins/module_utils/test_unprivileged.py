@@ -33,3 +33,23 @@ def test_a_command_that_cannot_start_answers_126(tmp_path):
     (private / "tool").chmod(0o755)
     rc, out, err = start_as(account, [str(private / "tool")], "/", {}).finish()
     assert rc == 126 and out == "" and err.startswith("as %s: " % BUILD_USER)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="asks as another user: needs root")
+def test_first_unsearchable_names_the_directory_the_user_cannot_enter(tmp_path):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import first_unsearchable
+    from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
+    account = pwd.getpwnam(BUILD_USER)
+    open_to_others(tmp_path)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "deepep").mkdir(mode=0o755)
+    blocked = first_unsearchable(str(private / "deepep" / "nvshmem" / "builds"), account.pw_uid, account.pw_gid)
+    assert blocked[0] == str(private) and blocked[1].st_mode & 0o777 == 0o700
+    # A link on the way is followed to the directory that decides.
+    (tmp_path / "link").symlink_to(private / "deepep")
+    assert first_unsearchable(str(tmp_path / "link" / "x"), account.pw_uid, account.pw_gid)[0] == str(private)
+    # Search (x) is enough, read is not needed; what does not exist yet is the module's to create.
+    private.chmod(0o711)
+    assert first_unsearchable(str(private / "deepep" / "not" / "yet"), account.pw_uid, account.pw_gid) is None
+    assert first_unsearchable(str(private), 0, 0) is None  # root enters everywhere

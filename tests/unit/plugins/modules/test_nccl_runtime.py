@@ -131,3 +131,17 @@ def test_the_version_check_runs_as_the_check_user(run_module, tmp_path):
     missing, failed = run_module(module, dict(python=python, build_dir=build, version="2.30.7",
                                               check_user="no-such-user-x", backup_dir=str(tmp_path / "replaced")))
     assert failed and missing["msg"].startswith("check_user: there is no user no-such-user-x")
+
+
+def test_a_hardened_umask_leaves_what_it_writes_readable_by_every_user(run_module, site, tmp_path):
+    python, nccl_dir = site
+    build = nccl_build(tmp_path / "build")
+    before = os.umask(0o027)
+    try:
+        done, failed = present(run_module, python, build, tmp_path)
+    finally:
+        os.umask(before)
+    assert not failed and done["changed"] is True, done
+    assert (nccl_dir / module.RECORD).stat().st_mode & 0o777 == 0o644
+    backup = tmp_path / "replaced" / os.path.basename(done["backup"])
+    assert backup.stat().st_mode & 0o777 == 0o755 and (backup / "lib").stat().st_mode & 0o777 == 0o755

@@ -138,3 +138,18 @@ def test_a_wheel_with_a_pth_or_scripts_is_refused_and_nothing_installed(run_modu
                                         "not DeepEP's" % (wheel, extra, why)), result
     site = tmp_path / "venv" / "site-packages"
     assert not (site / "deep_ep_cpp.py").exists() and not list(site.glob("*.pth"))
+
+
+def test_a_hardened_umask_still_installs_what_every_user_can_import(run_module, tmp_path):
+    """With the login's umask 027, pip made the files 0640: root's jobs could import deep_ep, nobody else's."""
+    python = make_python_site(tmp_path / "venv")
+    dist = build_wheel(python, tmp_path / "src")
+    before = os.umask(0o027)
+    try:
+        result, failed = run_module(module, {"python": python, "wheel": str(dist)})
+    finally:
+        os.umask(before)
+    assert not failed and result["changed"] is True, result
+    site = tmp_path / "venv" / "site-packages"
+    assert (site / "deep_ep_cpp.py").stat().st_mode & 0o777 == 0o644
+    assert (site / "deep_ep-1.2.1.dist-info").stat().st_mode & 0o777 == 0o755

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import select
 import shutil
 import subprocess
 import tarfile
@@ -416,6 +417,56 @@ def test_build_user_builds_its_tree_and_nothing_else(run_module, src, tmp_path):
     assert not (outside / "planted").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="builds as another user: needs root")
+def test_a_prefix_the_build_user_cannot_reach_fails_before_the_build(run_module, src, tmp_path):
+    open_to_others(tmp_path)
+    home = tmp_path / "root-home"
+    home.mkdir(mode=0o700)  # as /root is
+    prefix = home / "deepep" / "nvshmem"
+    result = build(run_module, src, prefix, build_user=BUILD_USER, expect_fail=True)
+    assert result["msg"].startswith("build_user: %s cannot reach %s/builds: %s (mode 0700, owner root:root) does "
+                                    "not let it search" % (BUILD_USER, prefix, home)), result["msg"]
+    assert "chmod o+x %s" % home in result["msg"] and "set build_user to ''" in result["msg"]
+    assert result["unreachable"] == str(home)
+    assert not (prefix / "builds").exists() and not (prefix / "current").exists()
+    home.chmod(0o711)  # the fix the message names
+    assert build(run_module, src, prefix, build_user=BUILD_USER)["action"] == "build"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="builds as another user: needs root")
+def test_a_permission_on_unpacking_is_not_called_a_damaged_archive(run_module, src, tmp_path, monkeypatch):
+    """Should the check before the build miss a directory (say, a security module's rule), unpacking says a
+    permission stopped it, not that the archive is damaged."""
+    monkeypatch.setattr(module, "first_unsearchable", lambda path, uid, gid: None)
+    open_to_others(tmp_path)
+    home = tmp_path / "root-home"
+    home.mkdir(mode=0o700)
+    archive = _archive(src, tmp_path / "demo.tar.gz")
+    result = build(run_module, archive, home / "deepep", build_user=BUILD_USER, expect_fail=True)
+    assert "could not be unpacked into" in result["msg"] and "as %s" % BUILD_USER in result["msg"], result["msg"]
+    assert "a permission on this node, not the archive" in result["msg"] and "damaged" not in result["msg"]
+    assert "([Errno 13] Permission denied: '%s" % home in result["msg"] and "] [Errno" not in result["msg"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="builds as another user: needs root")
+def test_a_hardened_umask_neither_stops_the_build_user_nor_hides_the_install(run_module, src, tmp_path):
+    """A login with umask 027 made the module's directories 0750: the build user could not reach its own build
+    directory, and nobody but root could have read the install."""
+    open_to_others(tmp_path)
+    archive = _archive(src, tmp_path / "demo.tar.gz")
+    before = os.umask(0o027)
+    try:
+        result = build(run_module, archive, tmp_path / "opt", build_user=BUILD_USER)
+    finally:
+        os.umask(before)
+    modes = {os.path.relpath(os.path.join(root, name), result["install_dir"]):
+             os.lstat(os.path.join(root, name)).st_mode & 0o777
+             for root, dirs, files in os.walk(result["install_dir"]) for name in dirs + files}
+    assert modes["src"] == 0o755 and modes["src/built.txt"] == 0o644, modes
+    for path in (tmp_path / "opt", tmp_path / "opt" / "builds", result["install_dir"]):
+        assert os.stat(str(path)).st_mode & 0o777 == 0o755, path
+
+
 def test_build_user_that_does_not_exist(run_module, src, tmp_path):
     result = build(run_module, src, tmp_path / "opt", build_user="no-such-user-here", expect_fail=True)
     assert "build_user: no user 'no-such-user-here' on this node" in result["msg"]
@@ -786,3 +837,21 @@ def test_exports_of_builds_no_longer_kept_are_removed(run_module, src, tmp_path)
     predicted = build(run_module, src, prefix, check_mode=True, inputs={"torch": "2.12.0"}, keep=1,
                       artifact_out=str(cache / ("demo-%s.tar.gz" % fingerprints[-1])))
     assert "artifacts_removed" not in predicted and (cache / ("demo-%s.tar.gz" % fingerprints[0])).is_file()
+
+
+def test_a_step_that_exits_wakes_the_module_through_its_exit_handle():
+    child = subprocess.Popen(["sleep", "0.2"])
+    handle = module.exit_handle(child.pid)
+    if handle is None:
+        pytest.skip("no pidfd on this kernel or Python: the module looks every second instead")
+    try:
+        assert select.select([handle], [], [], 30)[0] == [handle]  # readable once it exited, not after 30 s
+        assert module.exit_status(child.pid, wait=False) == 0
+    finally:
+        os.close(handle)
+
+
+def test_without_an_exit_handle_a_build_still_ends_by_looking(run_module, src, tmp_path, monkeypatch):
+    monkeypatch.setattr(module, "exit_handle", lambda pid: None)
+    result = build(run_module, src, tmp_path / "opt", build_command=BUILD + " && sleep 0.1")
+    assert result["action"] == "build" and (tmp_path / "opt" / "current" / "src" / "built.txt").is_file()
