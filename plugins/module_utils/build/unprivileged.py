@@ -238,6 +238,17 @@ def first_unsearchable(path, uid, gid):
     return (blocked, os.stat(blocked)) if blocked else None
 
 
+def _unreachable_text(path, account):
+    """Where account cannot reach path because of a directory on the way: what stops it and the fix, else ''."""
+    blocked = first_unsearchable(os.path.dirname(os.path.abspath(path)), account.pw_uid, account.pw_gid)
+    if blocked is None:
+        return ""
+    directory, info = blocked
+    return ("; %s (mode %04o, owner %s) does not let %s search it: put %s where every user can reach it, or let "
+            "others search that directory (chmod o+x %s)" % (directory, stat.S_IMODE(info.st_mode), owner_text(info),
+                                                             account.pw_name, path, directory))
+
+
 def owner_text(info):
     """user:group of a stat result, by name where the node has one."""
     try:
@@ -285,7 +296,7 @@ class Started(object):
                                          stderr=self.err, start_new_session=True,
                                          preexec_fn=demoted(account.pw_uid, account.pw_gid))
         except OSError as exc:  # an interpreter that user may not run
-            self.result = (126, "", "as %s: %s" % (account.pw_name, exc))
+            self.result = (126, "", "as %s: %s%s" % (account.pw_name, exc, _unreachable_text(argv[0], account)))
             self._clean()
 
     def _clean(self):

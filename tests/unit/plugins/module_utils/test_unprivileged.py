@@ -35,6 +35,28 @@ def test_a_command_that_cannot_start_answers_126(tmp_path):
     assert rc == 126 and out == "" and err.startswith("as %s: " % BUILD_USER)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs commands as another user: needs root")
+def test_an_interpreter_the_user_cannot_reach_is_named_with_the_directory_and_the_fix(tmp_path):
+    from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
+    account = pwd.getpwnam(BUILD_USER)
+    open_to_others(tmp_path)
+    home = tmp_path / "root-home"  # a venv under /root, as the probe user meets it
+    home.mkdir(mode=0o700)
+    (home / "venv").mkdir(mode=0o755)
+    python = home / "venv" / "python"
+    python.write_text("#!/bin/sh\necho never\n")
+    python.chmod(0o755)
+    rc, out, err = start_as(account, [str(python)], "/", {}).finish()
+    assert rc == 126 and "Permission denied" in err, err
+    assert err.endswith("; %s (mode 0700, owner root:root) does not let %s search it: put %s where every user can "
+                        "reach it, or let others search that directory (chmod o+x %s)"
+                        % (home, BUILD_USER, python, home)), err
+    home.chmod(0o755)
+    python.chmod(0o700)  # the file itself, not the way to it: nothing to add
+    rc, out, err = start_as(account, [str(python)], "/", {}).finish()
+    assert rc == 126 and "does not let" not in err, err
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="asks as another user: needs root")
 def test_first_unsearchable_names_the_directory_the_user_cannot_enter(tmp_path):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import first_unsearchable
