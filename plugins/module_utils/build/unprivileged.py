@@ -243,7 +243,7 @@ def _unreachable_text(path, account):
     blocked = first_unsearchable(os.path.dirname(os.path.abspath(path)), account.pw_uid, account.pw_gid)
     if blocked is None:
         return ""
-    directory, info = blocked
+    directory, info = blocked[0], blocked[1]
     return ("; %s (mode %04o, owner %s) does not let %s search it: put %s where every user can reach it, or let "
             "others search that directory (chmod o+x %s)" % (directory, stat.S_IMODE(info.st_mode), owner_text(info),
                                                              account.pw_name, path, directory))
