@@ -761,6 +761,23 @@ def python_tarfile_unsafe(ev):
     return OK, "Python %s: tarfile data filter with the June 2025 fixes" % tar["python"]
 
 
+@check("REACH", "the build user cannot reach the prefix (every build would stop before its first step)",
+       "a deepep_prefix every user can reach (the default /opt/deepep), let others search the directory in the way "
+       "(chmod o+x), or deepep_build_user: '' to build as root", STATE, preflight=True)
+def prefix_unreachable(ev):
+    """The layers build, test and probe as the build user: each needs to reach the prefix. Before the layers create
+    that user, nobody's rights stand for it (no group of its own on the way)."""
+    reach = ev.get("prefix_reach")
+    if reach is None:
+        return NOT_APPLICABLE, "no build user: the layers build as root"
+    if reach["blocked"]:
+        return PROBLEM, ("%s cannot reach %s: %s (mode %s, owner %s) does not let it search"
+                         % (reach["user"], reach["prefix"], reach["blocked"], reach["mode"], reach["owner"])), (
+            "a deepep_prefix every user can reach (the default /opt/deepep), chmod o+x %s, or deepep_build_user: '' "
+            "to build as root" % reach["blocked"])
+    return OK, "%s reaches %s" % (reach["user"], reach["prefix"])
+
+
 @check("DRIVER", "NVIDIA GPUs without a loaded NVIDIA driver, or one below the branch they need",
        "an image that ships the driver (GCP: the ubuntu-accelerator images with NVIDIA's driver; a plain "
        "ubuntu-2204-lts has none), or nvidia_driver_install: true (the nvidia_driver layer installs "

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import platform
+import pwd
 import re
 import resource
 import socket
@@ -38,7 +39,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe 
     run_probes_cached,
     runner,
 )
-from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import FALLBACK_USER, probe_account
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import (
+    FALLBACK_USER, first_unsearchable, owner_text, probe_account)
 
 # The options of deepep_doctor that say where to read (and, with preflight_only, what the checks need to know).
 OPTIONS = dict(
@@ -265,6 +267,28 @@ def persisted_nccl_root(path):
     return match.group(1) if match else None
 
 
+def prefix_reach(prefix, build_user):
+    """Whether the build user can reach prefix (as far as it exists): {user, prefix, blocked, mode, owner}; nobody
+    stands for a build user the layers have not created yet. None without a build user or when not root (the
+    layers then build as this user)."""
+    if not build_user or os.geteuid() != 0:
+        return None
+    user = build_user
+    try:
+        account = pwd.getpwnam(build_user)
+    except KeyError:
+        user = FALLBACK_USER
+        try:
+            account = pwd.getpwnam(FALLBACK_USER)
+        except KeyError:
+            return None
+    blocked = first_unsearchable(prefix, account.pw_uid, account.pw_gid)
+    if blocked is None:
+        return {"user": user, "prefix": prefix, "blocked": None, "mode": None, "owner": None}
+    return {"user": user, "prefix": prefix, "blocked": blocked[0], "mode": "%04o" % stat.S_IMODE(blocked[1].st_mode),
+            "owner": owner_text(blocked[1])}
+
+
 def gather(module, p, probe=True):
     """The node's evidence. probe=False (preflight_only: no preflight check reads them) leaves out the two
     interpreter probes and nvshmem-info, each a few seconds on a GPU node where they import torch.
@@ -341,6 +365,7 @@ def gather(module, p, probe=True):
         "tarfile": {"python": platform.python_version(), "data_filter": hasattr(tarfile, "data_filter"),
                     "fixes_2025": hasattr(os.path, "ALLOW_MISSING")},
         "build_user": p["build_user"],
+        "prefix_reach": prefix_reach(prefix, p["build_user"]),
         "logs": read_logs(p["log_dirs"] or [os.path.join(prefix, "reports")]),
     }
     # The process's own capabilities and cgroup: always the real /proc, even with a fixture procfs_root.

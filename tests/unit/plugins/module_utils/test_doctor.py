@@ -58,7 +58,9 @@ BASE = {
     "want_gdrdrv": False, "nv_p2p_headers": [], "gdrdrv_dkms_installed": False,
     "netdevs": ["lo", "ens3"] + ["enp%ds0" % i for i in range(8)], "bonded_hcas": [],
     "memlock_soft": -1, "tarfile": {"python": "3.12.3", "data_filter": True, "fixes_2025": True},
-    "build_user": "deepep-build", "logs": {}, "container": False, "container_markers": [], "cap_ipc_lock": False,
+    "build_user": "deepep-build", "logs": {},
+    "prefix_reach": {"user": "deepep-build", "prefix": "/opt/deepep", "blocked": None, "mode": None, "owner": None},
+    "container": False, "container_markers": [], "cap_ipc_lock": False,
     "cap_eff": "0000000000000000",
 }
 
@@ -153,6 +155,9 @@ TRIGGERS = {
     "MEMLOCK": lambda ev: ev.update(memlock_soft=64 * 1024 * 1024),
     # Debian 12's Python without a build user: root would unpack unfiltered.
     "PYTAR": lambda ev: ev.update(build_user="", tarfile={"python": "3.11.2", "data_filter": False, "fixes_2025": False}),
+    # A prefix under /root: the build user stops there.
+    "REACH": lambda ev: ev.update(prefix_reach={"user": "deepep-build", "prefix": "/root/deepep", "blocked": "/root",
+                                                "mode": "0700", "owner": "root:root"}),
     "KF37": all_of(lambda ev: ev.update(deepep_version="v2"), lambda ev: ev["python"]["torch"].update(nccl_libs=[
         "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2.30.7"])),
     "CXXRT": lambda ev: ev.update(deepep_cxx_runtime=[{"path": "deep_ep/_C.cpython-312-x86_64-linux-gnu.so",
@@ -196,8 +201,8 @@ def test_check_is_quiet_on_the_healthy_node(check_id):
 
 # Checks that say ok (not just "not a problem") on the healthy node.
 HEALTHY_OK = ["KF01", "KF02", "KF03", "KF04", "KF05", "KF06", "KF07", "KF08", "KF09", "KF11", "KF12", "KF14", "KF17",
-              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "PYTAR", "DRIVER",
-              "GPUS"]
+              "KF18", "KF19", "KF20", "KF22", "KF24", "KF25", "KF27", "KF32", "KF33", "KF36", "MEMLOCK", "PYTAR", "REACH",
+              "DRIVER", "GPUS"]
 
 
 @pytest.mark.parametrize("check_id", HEALTHY_OK)
@@ -406,7 +411,7 @@ def test_table_and_summary():
 def test_the_docs_table_is_the_checks():
     readme = os.path.join(os.path.dirname(os.path.abspath(doctor.__file__)), "..", "..", "..", "docs", "doctor.md")
     with open(readme) as handle:
-        row = r"^\| (<a id=\"[a-z0-9]+\"></a>)?(KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|DRIVER|GPUS) \|"
+        row = r"^\| (<a id=\"[a-z0-9]+\"></a>)?(KF\d\d|CXXRT|V2CUDA|JITCACHE|GIN|MEMLOCK|PYTAR|REACH|DRIVER|GPUS) \|"
         rows = [line.rstrip("\n") for line in handle if re.match(row, line)]
     assert rows == doctor.coverage()
 
@@ -522,3 +527,11 @@ def test_driver_layer_planned_lets_preflight_through_and_a_pending_reboot_is_nam
     assert pending["fix"].startswith("reboot the node")
     # Without the layer, the fix names it.
     assert "nvidia_driver_install: true" in status_of("DRIVER", evidence(missing))["fix"]
+
+
+def test_reach_names_the_directory_and_the_fix_or_stands_aside_without_a_build_user():
+    finding = status_of("REACH", evidence(TRIGGERS["REACH"]))
+    assert finding["evidence"] == ("deepep-build cannot reach /root/deepep: /root (mode 0700, owner root:root) does "
+                                   "not let it search")
+    assert "chmod o+x /root" in finding["fix"] and "deepep_build_user: ''" in finding["fix"]
+    assert status_of("REACH", evidence(lambda ev: ev.update(prefix_reach=None)))["status"] == "not_applicable"

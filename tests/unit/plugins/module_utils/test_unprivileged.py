@@ -75,3 +75,20 @@ def test_first_unsearchable_names_the_directory_the_user_cannot_enter(tmp_path):
     private.chmod(0o711)
     assert first_unsearchable(str(private / "deepep" / "not" / "yet"), account.pw_uid, account.pw_gid) is None
     assert first_unsearchable(str(private), 0, 0) is None  # root enters everywhere
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="asks as another user: needs root")
+def test_the_doctor_reads_whether_the_build_user_reaches_the_prefix(tmp_path):
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor_evidence import prefix_reach
+    from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import open_to_others
+    open_to_others(tmp_path)
+    home = tmp_path / "root-home"
+    home.mkdir(mode=0o700)
+    prefix = str(home / "deepep")
+    assert prefix_reach(prefix, BUILD_USER) == {"user": BUILD_USER, "prefix": prefix, "blocked": str(home),
+                                                "mode": "0700", "owner": "root:root"}
+    # Before the layers create the build user, nobody's rights stand for it.
+    assert prefix_reach(prefix, "no-such-user-here")["user"] == "nobody"
+    assert prefix_reach(prefix, "") is None  # root builds
+    home.chmod(0o711)
+    assert prefix_reach(prefix, BUILD_USER)["blocked"] is None

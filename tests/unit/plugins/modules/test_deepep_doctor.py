@@ -125,7 +125,7 @@ def test_container_markers_and_gdrdrv_package(run_module, tmp_path):
 def test_preflight_only_runs_what_no_layer_fixes(run_module, tmp_path):
     args = node(tmp_path)
     result, by_id = doctor(run_module, args, preflight_only=True, gdrcopy_kernel_module=True)
-    assert sorted(by_id) == ["DRIVER", "KF10", "KF30", "KF33", "KF35", "PYTAR"]
+    assert sorted(by_id) == ["DRIVER", "KF10", "KF30", "KF33", "KF35", "PYTAR", "REACH"]
     assert by_id["KF10"]["status"] == "problem"  # gdrdrv wanted, no nv-p2p.h under <root>/usr/src
     # The driver the fixture node's procfs says is loaded, at the version its sysfs module directory gives.
     assert by_id["DRIVER"]["status"] == "ok" and by_id["DRIVER"]["evidence"] == "driver 580.159.04", by_id["DRIVER"]

@@ -120,7 +120,7 @@ def test_preflight_checks_run_on_what_was_just_read_as_the_doctor_runs_them(run_
     status = dict((f["id"], f["status"]) for f in found["findings"])
     assert status["KF10"] == "problem" and status["DRIVER"] == "problem"
     # Only the checks no layer fixes: nothing that needs the interpreter or a build.
-    assert set(status) == {"KF10", "KF30", "KF33", "KF35", "PYTAR", "DRIVER"}
+    assert set(status) == {"KF10", "KF30", "KF33", "KF35", "PYTAR", "REACH", "DRIVER"}
     # A reading again with same_as runs them again, on the node as it is then.
     again, failed = gather(run_module, tmp_path, same_as=result["ansible_facts"]["deepep"]["read_from"])
     assert not failed and again["ansible_facts"]["deepep"]["checks"]["summary"] == found["summary"]
