@@ -445,7 +445,6 @@ import resource
 import select
 import shutil
 import signal
-import stat
 import tarfile
 import time
 import zlib
@@ -470,7 +469,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.elf_symbols import cxx_runtime_copies, cxx_runtime_message
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.safe_tar import UNSAFE_ERRORS, NoSafeExtraction, extract_all
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import (
-    boot_ticks_now, chown_tree, end_processes_of, first_unsearchable, owner_text)
+    boot_ticks_now, chown_tree, end_processes_of, first_unsearchable)
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.fingerprint import (
     changed_inputs,
     file_digest,
@@ -700,15 +699,16 @@ class SourceBuild(object):
         """Fail, before anything is made, where the build user could not reach path (its build directory's
         parent): a prefix under a directory only root may enter (/root, a 0700 home, a 0750 parent)."""
         account = self.build_account()
-        blocked = first_unsearchable(path, account[0], account[1]) if account else None
+        try:
+            blocked = first_unsearchable(path, account[0], account[1]) if account else None
+        except OSError:
+            blocked = None  # not known: the build goes on, and a step it stops names the directory
         if blocked is not None:
-            directory, info = blocked
-            self.fail("build_user: %s cannot reach %s: %s (mode %04o, owner %s) does not let it search. Use a "
-                      "prefix every user can reach (the roles' default is under /opt), let others search that "
-                      "directory (chmod o+x %s), or set build_user to '' to build as %s; nothing was built"
-                      % (account[2], path, directory, stat.S_IMODE(info.st_mode), owner_text(info), directory,
-                         pwd.getpwuid(os.getuid()).pw_name),
-                      unreachable=directory)
+            self.fail("build_user: %s. Use a prefix every user can reach (the roles' default is under /opt), let "
+                      "others search that directory (chmod o+x %s), or set build_user to '' to build as %s; nothing "
+                      "was built" % (blocked.text(account[2], path), blocked.directory,
+                                     pwd.getpwuid(os.getuid()).pw_name),
+                      unreachable=blocked.directory)
 
     @staticmethod
     def chown_tree(path, uid, gid, sanitize=False):

@@ -198,18 +198,33 @@ def demoted(uid, gid):
     return become
 
 
+class Blocked:
+    """A directory on the way to a path that a user may not search: directory, mode ("0700"), owner ("root:root")."""
+
+    def __init__(self, directory, info):
+        self.directory = directory
+        self.mode = "%04o" % stat.S_IMODE(info.st_mode)
+        self.owner = owner_text(info)
+
+    def text(self, user, path):
+        """What every message that names it says first."""
+        return "%s cannot reach %s: %s (mode %s, owner %s) does not let it search" % (
+            user, path, self.directory, self.mode, self.owner)
+
+
 def first_unsearchable(path, uid, gid):
     """The first directory on the way to path (its real path, from /) that uid:gid, with no supplementary group (as
-    a build step runs), may not search: (directory, its os.stat), or None where it reaches the whole path or the
-    rest does not exist yet (the module creates it, searchable). Asked of the kernel by a child that became that
-    user (a fork, no interpreter to start: this one may sit where the user cannot go), so ACLs count."""
+    a build step runs), may not search: a Blocked, or None where it reaches the whole path or the rest does not
+    exist yet (the module creates it, searchable). Asked of the kernel by a child that became that user (a fork, no
+    interpreter to start: this one may sit where the user cannot go), so ACLs count. OSError where the child could
+    not ask (it could not become that user): that is not knowing, not reaching."""
     if uid == 0:
         return None
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover (the child)
         os.close(read_end)
-        blocked = ""
+        answer, status = b"", 1
         try:
             os.setgroups([])
             os.setgid(gid)
@@ -220,11 +235,14 @@ def first_unsearchable(path, uid, gid):
                 if not os.path.lexists(current):
                     break
                 if not os.access(current, os.X_OK):
-                    blocked = current
+                    answer = current.encode("utf-8", "surrogateescape")
                     break
+            status = 0
+        except BaseException as exc:  # said to the parent, which raises it there
+            answer = str(exc).encode("utf-8", "surrogateescape")
         finally:
-            os.write(write_end, blocked.encode("utf-8", "surrogateescape"))
-            os._exit(0)
+            os.write(write_end, answer)
+            os._exit(status)
     os.close(write_end)
     chunks = []
     while True:
@@ -233,20 +251,23 @@ def first_unsearchable(path, uid, gid):
             break
         chunks.append(chunk)
     os.close(read_end)
-    os.waitpid(pid, 0)
-    blocked = b"".join(chunks).decode("utf-8", "surrogateescape")
-    return (blocked, os.stat(blocked)) if blocked else None
+    _, status = os.waitpid(pid, 0)
+    answer = b"".join(chunks).decode("utf-8", "surrogateescape")
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        raise OSError("could not ask as uid %d whether it reaches %s: %s" % (uid, path, answer or "the child died"))
+    return Blocked(answer, os.stat(answer)) if answer else None
 
 
 def _unreachable_text(path, account):
     """Where account cannot reach path because of a directory on the way: what stops it and the fix, else ''."""
-    blocked = first_unsearchable(os.path.dirname(os.path.abspath(path)), account.pw_uid, account.pw_gid)
+    try:
+        blocked = first_unsearchable(os.path.dirname(os.path.abspath(path)), account.pw_uid, account.pw_gid)
+    except OSError:
+        return ""
     if blocked is None:
         return ""
-    directory, info = blocked[0], blocked[1]
-    return ("; %s (mode %04o, owner %s) does not let %s search it: put %s where every user can reach it, or let "
-            "others search that directory (chmod o+x %s)" % (directory, stat.S_IMODE(info.st_mode), owner_text(info),
-                                                             account.pw_name, path, directory))
+    return ("; %s: put it where every user can reach it, or let others search that directory (chmod o+x %s)"
+            % (blocked.text(account.pw_name, path), blocked.directory))
 
 
 def owner_text(info):

@@ -770,9 +770,10 @@ def prefix_unreachable(ev):
     reach = ev.get("prefix_reach")
     if reach is None:
         return NOT_APPLICABLE, "no build user: the layers build as root"
+    if reach.get("error"):
+        return UNKNOWN, reach["error"]
     if reach["blocked"]:
-        return PROBLEM, ("%s cannot reach %s: %s (mode %s, owner %s) does not let it search"
-                         % (reach["user"], reach["prefix"], reach["blocked"], reach["mode"], reach["owner"])), (
+        return PROBLEM, reach["text"], (
             "a deepep_prefix every user can reach (the default /opt/deepep), chmod o+x %s, or deepep_build_user: '' "
             "to build as root" % reach["blocked"])
     return OK, "%s reaches %s" % (reach["user"], reach["prefix"])

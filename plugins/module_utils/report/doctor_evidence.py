@@ -40,7 +40,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe 
     runner,
 )
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivileged import (
-    FALLBACK_USER, first_unsearchable, owner_text, probe_account)
+    FALLBACK_USER, first_unsearchable, probe_account)
 
 # The options of deepep_doctor that say where to read (and, with preflight_only, what the checks need to know).
 OPTIONS = dict(
@@ -282,11 +282,13 @@ def prefix_reach(prefix, build_user):
             account = pwd.getpwnam(FALLBACK_USER)
         except KeyError:
             return None
-    blocked = first_unsearchable(prefix, account.pw_uid, account.pw_gid)
+    try:
+        blocked = first_unsearchable(prefix, account.pw_uid, account.pw_gid)
+    except OSError as exc:
+        return {"user": user, "prefix": prefix, "blocked": None, "error": str(exc)}
     if blocked is None:
-        return {"user": user, "prefix": prefix, "blocked": None, "mode": None, "owner": None}
-    return {"user": user, "prefix": prefix, "blocked": blocked[0], "mode": "%04o" % stat.S_IMODE(blocked[1].st_mode),
-            "owner": owner_text(blocked[1])}
+        return {"user": user, "prefix": prefix, "blocked": None}
+    return {"user": user, "prefix": prefix, "blocked": blocked.directory, "text": blocked.text(user, prefix)}
 
 
 def gather(module, p, probe=True):

@@ -59,7 +59,7 @@ BASE = {
     "netdevs": ["lo", "ens3"] + ["enp%ds0" % i for i in range(8)], "bonded_hcas": [],
     "memlock_soft": -1, "tarfile": {"python": "3.12.3", "data_filter": True, "fixes_2025": True},
     "build_user": "deepep-build", "logs": {},
-    "prefix_reach": {"user": "deepep-build", "prefix": "/opt/deepep", "blocked": None, "mode": None, "owner": None},
+    "prefix_reach": {"user": "deepep-build", "prefix": "/opt/deepep", "blocked": None},
     "container": False, "container_markers": [], "cap_ipc_lock": False,
     "cap_eff": "0000000000000000",
 }
@@ -156,8 +156,9 @@ TRIGGERS = {
     # Debian 12's Python without a build user: root would unpack unfiltered.
     "PYTAR": lambda ev: ev.update(build_user="", tarfile={"python": "3.11.2", "data_filter": False, "fixes_2025": False}),
     # A prefix under /root: the build user stops there.
-    "REACH": lambda ev: ev.update(prefix_reach={"user": "deepep-build", "prefix": "/root/deepep", "blocked": "/root",
-                                                "mode": "0700", "owner": "root:root"}),
+    "REACH": lambda ev: ev.update(prefix_reach={
+        "user": "deepep-build", "prefix": "/root/deepep", "blocked": "/root",
+        "text": "deepep-build cannot reach /root/deepep: /root (mode 0700, owner root:root) does not let it search"}),
     "KF37": all_of(lambda ev: ev.update(deepep_version="v2"), lambda ev: ev["python"]["torch"].update(nccl_libs=[
         "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2.30.7"])),
     "CXXRT": lambda ev: ev.update(deepep_cxx_runtime=[{"path": "deep_ep/_C.cpython-312-x86_64-linux-gnu.so",
@@ -535,3 +536,6 @@ def test_reach_names_the_directory_and_the_fix_or_stands_aside_without_a_build_u
                                    "not let it search")
     assert "chmod o+x /root" in finding["fix"] and "deepep_build_user: ''" in finding["fix"]
     assert status_of("REACH", evidence(lambda ev: ev.update(prefix_reach=None)))["status"] == "not_applicable"
+    unasked = status_of("REACH", evidence(lambda ev: ev.update(prefix_reach={
+        "user": "deepep-build", "prefix": "/opt/deepep", "blocked": None, "error": "could not ask as uid 999 ..."})))
+    assert (unasked["status"], unasked["evidence"]) == ("unknown", "could not ask as uid 999 ..."), unasked

@@ -48,9 +48,9 @@ def test_an_interpreter_the_user_cannot_reach_is_named_with_the_directory_and_th
     python.chmod(0o755)
     rc, out, err = start_as(account, [str(python)], "/", {}).finish()
     assert rc == 126 and "Permission denied" in err, err
-    assert err.endswith("; %s (mode 0700, owner root:root) does not let %s search it: put %s where every user can "
-                        "reach it, or let others search that directory (chmod o+x %s)"
-                        % (home, BUILD_USER, python, home)), err
+    assert err.endswith("; %s cannot reach %s: %s (mode 0700, owner root:root) does not let it search: put it where "
+                        "every user can reach it, or let others search that directory (chmod o+x %s)"
+                        % (BUILD_USER, python, home, home)), err
     home.chmod(0o755)
     python.chmod(0o700)  # the file itself, not the way to it: nothing to add
     rc, out, err = start_as(account, [str(python)], "/", {}).finish()
@@ -67,10 +67,12 @@ def test_first_unsearchable_names_the_directory_the_user_cannot_enter(tmp_path):
     private.mkdir(mode=0o700)
     (private / "deepep").mkdir(mode=0o755)
     blocked = first_unsearchable(str(private / "deepep" / "nvshmem" / "builds"), account.pw_uid, account.pw_gid)
-    assert blocked[0] == str(private) and blocked[1].st_mode & 0o777 == 0o700
+    assert (blocked.directory, blocked.mode, blocked.owner) == (str(private), "0700", "root:root")
+    assert blocked.text("someone", "/x") == "someone cannot reach /x: %s (mode 0700, owner root:root) does not let it " \
+        "search" % private
     # A link on the way is followed to the directory that decides.
     (tmp_path / "link").symlink_to(private / "deepep")
-    assert first_unsearchable(str(tmp_path / "link" / "x"), account.pw_uid, account.pw_gid)[0] == str(private)
+    assert first_unsearchable(str(tmp_path / "link" / "x"), account.pw_uid, account.pw_gid).directory == str(private)
     # Search (x) is enough, read is not needed; what does not exist yet is the module's to create.
     private.chmod(0o711)
     assert first_unsearchable(str(private / "deepep" / "not" / "yet"), account.pw_uid, account.pw_gid) is None
@@ -85,10 +87,30 @@ def test_the_doctor_reads_whether_the_build_user_reaches_the_prefix(tmp_path):
     home = tmp_path / "root-home"
     home.mkdir(mode=0o700)
     prefix = str(home / "deepep")
-    assert prefix_reach(prefix, BUILD_USER) == {"user": BUILD_USER, "prefix": prefix, "blocked": str(home),
-                                                "mode": "0700", "owner": "root:root"}
+    assert prefix_reach(prefix, BUILD_USER) == {
+        "user": BUILD_USER, "prefix": prefix, "blocked": str(home),
+        "text": "%s cannot reach %s: %s (mode 0700, owner root:root) does not let it search" % (BUILD_USER, prefix, home)}
     # Before the layers create the build user, nobody's rights stand for it.
     assert prefix_reach(prefix, "no-such-user-here")["user"] == "nobody"
     assert prefix_reach(prefix, "") is None  # root builds
     home.chmod(0o711)
     assert prefix_reach(prefix, BUILD_USER)["blocked"] is None
+
+
+def test_a_child_that_could_not_ask_is_not_knowing_rather_than_reaching(monkeypatch, tmp_path):
+    """The question is asked by a forked child that becomes the user; should it fail to (a setuid refused), the
+    answer is an error the callers say as such, never "reaches"."""
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build import unprivileged
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.report import doctor_evidence
+
+    def refused(uid):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(unprivileged.os, "setuid", refused)  # the fork's child inherits it
+    monkeypatch.setattr(unprivileged.os, "setgroups", lambda groups: None)
+    monkeypatch.setattr(unprivileged.os, "setgid", lambda gid: None)
+    with pytest.raises(OSError, match=r"could not ask as uid 65534 whether it reaches /opt/deepep: .*not permitted"):
+        unprivileged.first_unsearchable("/opt/deepep", 65534, 65534)
+    assert unprivileged._unreachable_text("/opt/deepep/python", pwd.getpwnam("nobody")) == ""
+    monkeypatch.setattr(doctor_evidence.os, "geteuid", lambda: 0)
+    reach = doctor_evidence.prefix_reach("/opt/deepep", "nobody")
+    assert reach["blocked"] is None and "could not ask as uid" in reach["error"], reach
