@@ -46,7 +46,14 @@ if name and root:
                             "ibgda_transport": os.path.exists(os.path.join(lib, "nvshmem_transport_ibgda.so.3"))}
 name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
 if name:
-    out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl")}
+    out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None}
+    # The nccl layer's record (nccl_runtime) where it put a build in place of the wheel's files, for DeepEP V2.
+    try:
+        with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl.json")) as record:
+            record = json.load(record)
+        out["nccl_wheel"]["replaced_by"] = {"version": record.get("version"), "build_dir": record.get("build_dir")}
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass
 out["numpy"] = dist(["numpy"])[1]
 try:
     import torch

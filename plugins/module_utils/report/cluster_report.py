@@ -115,7 +115,10 @@ def layer_cells(site):
         # The source method's build, else the wheel (or the interpreter's own NCCL with method none).
         cells["nccl"] = _build_cell(nccl["build"], nccl.get("version")) if nccl.get("build") else {
             "state": "ok", "text": nccl.get("version") or "as found", "fingerprint": None, "detail": nccl["method"]}
-        if nccl.get("changed"):
+        if nccl["method"] == "restore":  # DeepEP V1 after V2: the wheel's own files back
+            cells["nccl"].update(state="changed" if nccl.get("changed") else "ok",
+                                 detail="torch's own NCCL wheel files back in place of V2's build")
+        elif nccl.get("changed"):
             cells["nccl"].update(state="changed", detail=(cells["nccl"]["detail"] + "; " if cells["nccl"]["detail"]
                                                           else "") + "put where torch loads NCCL")
 

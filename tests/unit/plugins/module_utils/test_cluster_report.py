@@ -83,6 +83,16 @@ def test_layer_cells_read_the_record():
     assert cells["doctor"]["state"] == "failed" and cells["doctor"]["text"] == "KF12, MEMLOCK"
 
 
+def test_the_nccl_cell_says_v1_put_torchs_own_nccl_back():
+    summary = site_summary()
+    assert report.layer_cells(summary)["nccl"] == {"state": "skipped", "text": "not run", "detail": "DeepEP V2 only",
+                                                   "fingerprint": None}
+    summary["layers"]["nccl"] = {"method": "restore", "version": "2.28.9", "changed": True, "build": None}
+    assert report.layer_cells(summary)["nccl"] == {
+        "state": "changed", "text": "2.28.9", "fingerprint": None,
+        "detail": "torch's own NCCL wheel files back in place of V2's build"}
+
+
 def test_reboot_pending_and_failed_tests_show_as_such():
     summary = site_summary(dispatch_fp8=200.0, passed=False, build="built in 70 s")
     summary["reboot_reasons"] = ["doca_ofed"]

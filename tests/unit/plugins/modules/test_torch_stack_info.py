@@ -34,6 +34,23 @@ def test_the_nccl_torch_loads_is_read_from_the_library(run_module, tmp_path):
     assert not failed, result
     assert result["torch"]["nccl"] == "2.30.7" and result["torch"]["nccl_compiled"] == "2.28.9"
     assert result["torch"]["nccl_lib"].endswith("/site-packages/nvidia/nccl/lib/libnccl.so.2")
+    assert result["nccl_wheel"]["replaced_by"] is None  # no record: the files are the wheel's as far as it can tell
+
+
+def test_says_which_build_the_nccl_layer_put_in_place_of_the_wheel(run_module, tmp_path):
+    """nccl_runtime's record in the wheel's directory: a later DeepEP V1 run puts the wheel's files back by it."""
+    python = make_python_site(tmp_path, nccl_runtime=(2, 30, 7))
+    nccl_dir = [os.path.join(root, "nccl") for root, dirs, files in os.walk(str(tmp_path)) if root.endswith("/nvidia")
+                and "nccl" in dirs][0]
+    with open(os.path.join(nccl_dir, ".moe_infra_nccl.json"), "w") as record:
+        record.write('{"version": "2.30.7", "build_dir": "/opt/deepep/nccl/builds/6a6104bc2c460712", "backup": "/b"}')
+    result, failed = run_module(module, {"python": python})
+    assert not failed, result
+    assert result["nccl_wheel"]["replaced_by"] == {"version": "2.30.7",
+                                                   "build_dir": "/opt/deepep/nccl/builds/6a6104bc2c460712"}
+    with open(os.path.join(nccl_dir, ".moe_infra_nccl.json"), "w") as record:
+        record.write("not json")  # a damaged record says nothing rather than failing the probe
+    assert run_module(module, {"python": python})[0]["nccl_wheel"]["replaced_by"] is None
 
 
 def test_wheel_without_ibgda_and_missing_nvshmem(run_module, tmp_path):
