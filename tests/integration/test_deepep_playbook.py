@@ -560,6 +560,9 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
     tests = task_lines(out, "TASK [moe_infra.deepep.deepep : Run DeepEP's tests]")
     assert tests.count("reused: true") == 3 and "modules/deepep_bench.py" not in tests, tests
     assert "modules/deepep_facts.py" in out  # what a module run prints at -vvv
+    # NCCL's build is in place and loaded, as the interpreter's reading shows: no module run puts it there again.
+    assert "modules/nccl_runtime.py" not in out, out
+    assert "skipping" in task_lines(out, "TASK [moe_infra.deepep.nccl : Put the build where torch loads NCCL"), out
     # One changed since (by hand) is read as such and set again, the others are not touched.
     (cache / "tmp").chmod(0o700)
     rc, changed, out = run(node, "-e", extra)
