@@ -251,7 +251,7 @@ def first_unsearchable(path, uid, gid):
             break
         chunks.append(chunk)
     os.close(read_end)
-    _, status = os.waitpid(pid, 0)
+    status = os.waitpid(pid, 0)[1]
     answer = b"".join(chunks).decode("utf-8", "surrogateescape")
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         raise OSError("could not ask as uid %d whether it reaches %s: %s" % (uid, path, answer or "the child died"))
