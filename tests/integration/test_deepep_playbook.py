@@ -572,25 +572,34 @@ def test_v2_end_to_end_nccl_then_deepep_built_against_it_tested_then_nothing_to_
 
 
 def test_v1_after_v2_puts_torchs_own_nccl_back_once(node):
-    # A node that ran V2 (the nccl layer put its 2.30.7 build in place of the wheel's files) asked for V1 again:
-    # torch gets the wheel's own library back, the record goes, and the next V1 run does not touch NCCL
-    # (docs/results/upgrade-v1-v2-h200 saw V2's NCCL stay under V1 before).
+    # A node that ran V1, then V2 (the nccl layer put its 2.30.7 build in place of the wheel's files), asked for V1
+    # again: torch gets the wheel's own library back and the record goes; the kept V1 build goes live again with its
+    # imports checked; the next V1 run changes nothing (docs/results/upgrade-v1-v2-h200 saw V2's NCCL stay under V1).
     v2 = v2_inputs(node, deepep_jit_warmup=False)
     nccl_dir = node["tmp"] / "venv2" / "site-packages" / "nvidia" / "nccl"
     original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
+    v1 = {"deepep_version": "v1", "deepep_python": v2["deepep_python"], "nccl_prefix": v2["nccl_prefix"]}
+    restore = "TASK [moe_infra.deepep.nccl : Put torch's own NCCL files back (a V2 run put a build in their place)]"
+    imports = "TASK [moe_infra.deepep.deepep : Check that deep_ep imports with the env script's environment"
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0, out
+    assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out
+    v1_build = os.readlink(str(node["prefix"] / "deepep" / "current"))
     rc, changed, out = run(node, "-e", json.dumps(v2))
     assert rc == 0, out
     assert (nccl_dir / ".moe_infra_nccl.json").exists() and (nccl_dir / "lib" / "libnccl.so.2").read_bytes() != original
-    v1 = {"deepep_version": "v1", "deepep_python": v2["deepep_python"], "nccl_prefix": v2["nccl_prefix"]}
-    restore = "TASK [moe_infra.deepep.nccl : Put torch's own NCCL files back (a V2 run put a build in their place)]"
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0, out
     assert "changed: [localhost]" in task_lines(out, restore), out
     assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original
     assert not (nccl_dir / ".moe_infra_nccl.json").exists()
+    assert "switch current to the existing build" in out and os.readlink(str(node["prefix"] / "deepep" / "current")) \
+        == v1_build, out
+    assert imports in out and "ok: [localhost]" in task_lines(out, imports), out  # the switched-back build, checked
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0 and changed == 0, out
     assert restore not in out and "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out
+    assert imports not in out, out
 
 
 def test_v2_with_gin_on_a_node_without_rdma_fails_like_the_gpu_machine_and_nothing_goes_live(node):
