@@ -588,6 +588,11 @@ def test_v1_after_v2_puts_torchs_own_nccl_back_once(node):
     rc, changed, out = run(node, "-e", json.dumps(v2))
     assert rc == 0, out
     assert (nccl_dir / ".moe_infra_nccl.json").exists() and (nccl_dir / "lib" / "libnccl.so.2").read_bytes() != original
+    # --check says what V1 would do (put the files back, switch back) and does neither.
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--check")
+    assert rc == 0 and "changed: [localhost]" in task_lines(out, restore), out
+    assert (nccl_dir / ".moe_infra_nccl.json").exists() and (nccl_dir / "lib" / "libnccl.so.2").read_bytes() != original
+    assert os.readlink(str(node["prefix"] / "deepep" / "current")) != v1_build
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0, out
     assert "changed: [localhost]" in task_lines(out, restore), out
