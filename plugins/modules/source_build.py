@@ -426,6 +426,14 @@ rolled_back_to:
   description: With O(state=rolled_back), the fingerprint C(current) points at again; null when it was removed.
   returned: when O(state=rolled_back)
   type: str
+rolled_back_to_inputs:
+  description:
+    - With O(state=rolled_back), the O(inputs) the build C(current) points at again was made with (its stamp's), so
+      that the caller can undo what it did for the failed build only (the deepep role puts torch's own NCCL back
+      when the build now live is not V2); null when C(current) was removed.
+  returned: when O(state=rolled_back)
+  type: dict
+  sample: {"deepep_version": "v1", "torch": "2.9.1"}
 files:
   description:
     - O(read_files) that exist in this fingerprint's build directory, by path, with their text. Empty when the
@@ -1055,11 +1063,13 @@ class SourceBuild(object):
         self.take_lock("rolling back", failed)
         now = self.current_fingerprint()
         result = dict(changed=False, action="none", fingerprint=now, previous_fingerprint=failed, current=self.current,
-                      rolled_back_to=None, install_dir=os.path.join(self.builds, now) if now else None)
+                      rolled_back_to=None, rolled_back_to_inputs=None,
+                      install_dir=os.path.join(self.builds, now) if now else None)
         if now != failed:
             result["reason"] = "current is %s, not the failed build %s: nothing to roll back" % (now, failed)
             return result
-        if previous and self.read_stamp(os.path.join(self.builds, previous)) is None:
+        stamp = self.read_stamp(os.path.join(self.builds, previous)) if previous else None
+        if previous and stamp is None:
             self.fail("rollback_to: the build %s is not under %s any more (pruned or unfinished); %s stays current: "
                       "fix what failed and run again" % (previous, self.builds, failed), **result)
         if not self.module.check_mode:
@@ -1072,6 +1082,7 @@ class SourceBuild(object):
         else:
             left = "the failed build would be reduced to its log"
         result.update(changed=True, action="rollback", fingerprint=previous, rolled_back_to=previous,
+                      rolled_back_to_inputs=(stamp.get("inputs") or {}).get("inputs") if stamp else None,
                       install_dir=os.path.join(self.builds, previous) if previous else None,
                       reason="%s: current %s; %s" % (
                           "rolled back from %s" % failed,

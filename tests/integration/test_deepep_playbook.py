@@ -612,6 +612,8 @@ def test_v2_with_gin_on_a_node_without_rdma_fails_like_the_gpu_machine_and_nothi
     # ElasticBuffer of two ranks stops with "NCCL GIN is unavailable"; the build was rolled back. The fixture's
     # tests fail the same way (more than one rank, no Gin network, EP_DISABLE_GIN unset).
     extra = json.dumps(v2_inputs(node, deepep_gin="enabled", deepep_verify_num_processes=2, deepep_jit_warmup=False))
+    nccl_dir = node["tmp"] / "venv2" / "site-packages" / "nvidia" / "nccl"
+    original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
     rc, changed, out = run(node, "-e", extra)
     assert rc != 0, out
     assert "DeepEP elastic_ep test failed: exit status 1; 0 of 2 ranks reported results" in out, out
@@ -620,3 +622,30 @@ def test_v2_with_gin_on_a_node_without_rdma_fails_like_the_gpu_machine_and_nothi
     log = (node["prefix"] / "reports" / "elastic_ep.log").read_text()
     assert "NCCL GIN is unavailable" in log, log
     assert not (node["prefix"] / "env.sh").exists()
+    # Nothing was installed before: torch loads its own NCCL again, as before the run.
+    assert "torch's own NCCL files are back (NCCL 2.28.9)" in out, out
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original
+    assert not (nccl_dir / ".moe_infra_nccl.json").exists()
+
+
+def test_v2_that_fails_its_tests_on_a_v1_node_leaves_v1_with_torchs_own_nccl(node):
+    # The upgrade a user asks for most: a node running V1 asked for V2, whose tests fail. The V1 build goes live
+    # again and torch loads the NCCL it loaded under V1 (the nccl layer's 2.30.7 build goes back out); the next V1
+    # run has nothing to undo.
+    v2 = v2_inputs(node, deepep_gin="enabled", deepep_verify_num_processes=2, deepep_jit_warmup=False)
+    nccl_dir = node["tmp"] / "venv2" / "site-packages" / "nvidia" / "nccl"
+    original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()
+    v1 = {"deepep_version": "v1", "deepep_python": v2["deepep_python"], "nccl_prefix": v2["nccl_prefix"]}
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0, out
+    v1_build = os.readlink(str(node["prefix"] / "deepep" / "current"))
+    rc, changed, out = run(node, "-e", json.dumps(v2))
+    assert rc != 0, out
+    assert "DeepEP elastic_ep test failed" in out and "The new build is not live" in out, out
+    assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
+    assert "torch's own NCCL files are back (NCCL 2.28.9) in place of the nccl layer's build" in out, out
+    assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original
+    assert not (nccl_dir / ".moe_infra_nccl.json").exists()
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0 and changed == 0, out
+    assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out

@@ -633,8 +633,8 @@ def test_a_leftover_background_process_of_a_step_is_ended(run_module, src, tmp_p
 
 def test_rollback_puts_the_previous_build_back_and_reduces_the_failed_one(run_module, src, tmp_path):
     prefix = tmp_path / "opt"
-    first = _two_builds(run_module, src, prefix)
-    second = build(run_module, src, prefix)
+    first = build(run_module, src, prefix, inputs={"deepep_version": "v1"})
+    second = build(run_module, src, prefix, inputs={"deepep_version": "v2"})
     assert current_target(prefix) == "builds/" + second["fingerprint"]
     undo = dict(name="demo", prefix=str(prefix), state="rolled_back", rollback_from=second["fingerprint"],
                 rollback_to=first["fingerprint"], failure="DeepEP intranode test failed: dispatch_fp8 246 < 255 GB/s")
@@ -642,6 +642,8 @@ def test_rollback_puts_the_previous_build_back_and_reduces_the_failed_one(run_mo
     assert not failed and predicted["changed"] and current_target(prefix) == "builds/" + second["fingerprint"]
     done, failed = run_module(module, undo)
     assert not failed and done["changed"] and done["rolled_back_to"] == first["fingerprint"], done
+    # What the build now live was made with: the caller undoes what it did for the failed one only.
+    assert done["rolled_back_to_inputs"] == {"deepep_version": "v1"}, done
     assert current_target(prefix) == "builds/" + first["fingerprint"]
     assert "rolled back from %s: current points at the previous build %s again" % (
         second["fingerprint"], first["fingerprint"]) in done["reason"]
@@ -658,6 +660,7 @@ def test_rollback_of_a_first_install_removes_current(run_module, src, tmp_path):
     done, failed = run_module(module, dict(name="demo", prefix=str(prefix), state="rolled_back",
                                            rollback_from=only["fingerprint"], rollback_to=""))
     assert not failed and done["rolled_back_to"] is None and "removed (nothing was installed before)" in done["reason"]
+    assert done["rolled_back_to_inputs"] is None
     assert not os.path.lexists(str(prefix / "current"))
 
 
