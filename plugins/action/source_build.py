@@ -13,7 +13,8 @@ send_source: with controller_src, the archive is put in the task's temporary dir
 module installs it at src when a build needs it there: no directory and copy tasks.
 controller_cache: whether the controller's build cache holds this fingerprint (the artifact and its digest
 record), without a task of its own; with artifact_out, a build the node just exported is fetched into it and its
-digest recorded, in the same task (no fetch, stat and record tasks).
+digest recorded, in the same task (no fetch, stat and record tasks); with state rolled_back, the failed build leaves
+it.
 controller_artifact: a build of the controller cache is put on the node (its remote temporary directory) and
 installed from there, in the module's own task: no directory and copy tasks, no copy left on the node. It goes only
 when its bytes match the digest the controller recorded when it fetched it from the one node that exported it
@@ -97,6 +98,17 @@ def recorded_digest(artifact):
     except OSError:
         return None
     return ("sha256:" + words[0].lower()) if words and len(words[0]) == 64 else None
+
+
+def uncache(cache, name, fp):
+    """A build that failed its checks leaves the controller cache (its archive and record): no node installs it and
+    the next run builds it anew. Returns the archive's path when it was there."""
+    archive = os.path.join(cache, "%s-%s.tar.gz" % (name, fp))
+    held = os.path.isfile(archive)
+    for path in (archive, archive + ".sha256"):
+        if os.path.isfile(path):
+            os.unlink(path)
+    return archive if held else None
 
 
 def archive_digest(path):
@@ -262,7 +274,12 @@ class ActionModule(ActionBase):
                 module["msg"] = module["msg"].replace(entry, "%s (%s on the controller)" % (entry, local), 1)
             if module.get("damaged") == entry:
                 module["damaged"] = local
-        if controller_cache and module.get("fingerprint") and not module.get("failed"):
+        if controller_cache and args.get("state") == "rolled_back":
+            module["uncached"] = None
+            if module.get("action") == "rollback" and not self._play_context.check_mode:
+                module["uncached"] = uncache(self._loader.path_dwim(controller_cache), args.get("name"),
+                                             args.get("rollback_from"))
+        elif controller_cache and module.get("fingerprint") and not module.get("failed"):
             name = "%s-%s.tar.gz" % (args.get("name"), module["fingerprint"])
             # As fetch and copy read it: a relative directory is the playbook's. An artifact without its digest
             # record is not counted (a node builds and exports it again, and the record is made).

@@ -125,6 +125,8 @@ options:
         plugin fetches a newly written one into it). Not rewritten while it holds this fingerprint. Files of the build directory named
         C(*.node-record) (what a role checked on this node) are left out. Exports of builds no longer kept
         (C(<name>-<fingerprint>.tar.gz) beside it) are removed (RV(artifacts_removed)).
+      - With O(state=rolled_back), the failed build's export, as its build run had it: removed with the build, so
+        that a rebuild of the same inputs is exported anew.
     type: path
   controller_src:
     description:
@@ -153,6 +155,9 @@ options:
         outside check mode, a build this run exported (RV(artifact_written)) is fetched into it, with its digest
         record (C(<archive>.sha256), sha256sum's format) taken on the controller (RV(fetched)); the directory is
         made 0700 when missing. The other nodes install it from there (O(controller_artifact)).
+      - With O(state=rolled_back), outside check mode, the failed build's archive and its record are removed from
+        it once the rollback is done (RV(uncached)): no node installs a build that failed its checks, and the next
+        run builds it anew.
     type: path
   known_builds:
     description:
@@ -385,6 +390,7 @@ artifacts_removed:
   description:
     - With O(artifact_out), the exports of this component (C(<name>-<fingerprint>.tar.gz) in the same directory) that
       were removed because their build is no longer kept (O(keep)), so that the node does not collect one per build.
+    - With O(state=rolled_back), the failed build's export (O(artifact_out)) when it was there.
   returned: when O(artifact_out) is set, outside check mode
   type: list
   elements: str
@@ -396,6 +402,12 @@ source_installed:
   description: Whether the archive O(send_source) sent was installed at O(src) for this build.
   returned: always
   type: bool
+uncached:
+  description:
+    - With O(state=rolled_back) and O(controller_cache), the controller cache's archive of the failed build that was
+      removed (its C(.sha256) record with it); null when the cache did not hold it.
+  returned: when O(state=rolled_back) and O(controller_cache) are set
+  type: str
 fetched:
   description:
     - With O(controller_cache) and O(artifact_out), the controller cache's path of the build this run exported and
@@ -1079,6 +1091,14 @@ class SourceBuild(object):
                 os.unlink(self.current)
             why = self.params["failure"] or "its checks failed after it went live"
             left = self.reduce_to_log(os.path.join(self.builds, failed), why)
+            export = self.params["artifact_out"]
+            if export and os.path.basename(export) == "%s-%s.tar.gz" % (self.params["name"], failed):
+                # Kept, it would stand for a rebuild of the same inputs (write_artifact: not rewritten).
+                result["artifacts_removed"] = []
+                for path in (export, export + ".tmp"):
+                    if os.path.isfile(path):
+                        os.unlink(path)
+                        result["artifacts_removed"].append(path)
         else:
             left = "the failed build would be reduced to its log"
         result.update(changed=True, action="rollback", fingerprint=previous, rolled_back_to=previous,

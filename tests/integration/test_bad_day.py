@@ -134,6 +134,25 @@ def test_a_first_install_whose_tests_fail_leaves_nothing_live(node, tmp_path):
     assert live_build(node) == current(node)
 
 
+def test_a_build_whose_tests_fail_leaves_the_controller_cache_and_is_built_anew(node, tmp_path):
+    # 2 x H200 (docs/results/v2-rollback-h200x2): the build that failed its tests stayed in the controller cache, and
+    # the next run installed it from there instead of building it anew as the message said.
+    cache = tmp_path / "cache"
+    extra = {"deepep_cache_dir": str(cache)}
+    rc, dummy, out = run(node, "-e", json.dumps(dict(extra, deepep_intranode_thresholds={"dispatch_fp8": 255})))
+    assert rc == 2, out
+    fp = [n for n in os.listdir(str(node["prefix"] / "deepep" / "builds"))][0]
+    entry = cache / ("deepep-%s.tar.gz" % fp)
+    flat = " ".join(out.replace("''", "'").split())
+    assert "removed from the controller cache: %s" % entry in flat, out
+    assert not entry.exists() and not (cache / (entry.name + ".sha256")).exists()
+    assert not (node["prefix"] / "artifacts" / entry.name).exists()  # the node's export of it
+    rc, dummy, out = run(node, "-e", json.dumps(extra))
+    assert rc == 0, out
+    assert "installed from the controller cache" not in out and current(node) == fp, out
+    assert entry.exists() and (cache / (entry.name + ".sha256")).exists()
+
+
 def test_a_failed_build_is_named_reduced_to_its_log_and_the_old_one_stays(provisioned, tmp_path):
     node, fp, dummy = provisioned
     broken = deepep_archive(tmp_path, "broken", "import sys\nprint('error: nvcc died')\nsys.exit(3)\n", marker="new")

@@ -244,6 +244,25 @@ def test_a_cache_others_can_write_is_refused_before_anything_is_fetched(tmp_path
     assert list(cache.iterdir()) == []
 
 
+@pytest.mark.parametrize("rolled_back", [True, False])
+def test_a_rolled_back_build_leaves_the_controller_cache(tmp_path, rolled_back):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    failed, other = cache / "deepep-0123456789abcdef.tar.gz", cache / "deepep-fedcba9876543210.tar.gz"
+    for path in (failed, other):
+        path.write_bytes(b"a build")
+        (cache / (path.name + ".sha256")).write_text("digest  %s\n" % path.name)
+    plugin, sent = action({"name": "deepep", "prefix": "/opt/deepep/deepep", "state": "rolled_back",
+                           "rollback_from": "0123456789abcdef", "controller_cache": str(cache)})
+    plugin._loader.path_dwim = lambda path: path
+    plugin._execute_module = lambda **kwargs: {"changed": rolled_back, "action": "rollback" if rolled_back else "none"}
+    result = plugin.run(task_vars={})
+    # Only the failed fingerprint goes, and only when the rollback was done (a rerun finds nothing to roll back).
+    assert result["uncached"] == (str(failed) if rolled_back else None)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [other.name, other.name + ".sha256"] + ([] if rolled_back else [failed.name, failed.name + ".sha256"]))
+
+
 def test_the_result_holds_the_options_once():
     plugin, sent = action({"build": {"name": "demo", "prefix": "/opt/demo", "build_command": "make"}})
 

@@ -8,6 +8,8 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.deepep_out
     below_thresholds,
     parse_internode,
     parse_intranode,
+    parse_elastic_barrier,
+    parse_elastic_ep,
     parse_low_latency,
 )
 
@@ -43,6 +45,26 @@ def test_low_latency_recorded_output():
         {"rank": 1, "dispatch_gbps": 259.65, "dispatch_us": 28.93, "combine_gbps": 363.04, "combine_us": 40.04}]
     assert parsed["summary"] == {"min_dispatch_gbps": 244.47, "max_dispatch_gbps": 259.65,
                                  "min_combine_gbps": 358.6, "max_combine_gbps": 363.04}
+
+
+def test_low_latency_ranks_sharing_a_line_are_both_read():
+    # The end of a real log (2 x H200, docs/results/v2-rollback-h200x2): rank 0's result came before rank 1's newline.
+    # The run was read as "1 of 2 ranks reported bandwidth" and its good build rolled back.
+    parsed = parse_low_latency(recorded("low_latency-interleaved.log"))
+    assert [rank["rank"] for rank in parsed["ranks"]] == [0, 1]
+    assert parsed["ranks"][0] == {"rank": 0, "dispatch_gbps": 249.29, "dispatch_us": 30.13, "combine_gbps": 374.46,
+                                  "combine_us": 38.82}
+    assert parsed["summary"]["min_dispatch_gbps"] == 249.29 and parsed["summary"]["max_combine_gbps"] == 374.46
+
+
+def test_elastic_ranks_sharing_a_line_are_both_read():
+    # The recorded 2-rank V2 lines, each pair joined as two ranks printing at once would leave them.
+    ep = [line.strip() for line in recorded("elastic_ep.log").splitlines() if " EP:" in line]
+    joined = ep[0] + ep[1] + "\n" + "\n".join(ep[2:])
+    assert parse_elastic_ep(joined)["results"] == parse_elastic_ep("\n".join(ep))["results"]
+    assert len(parse_elastic_ep(joined)["results"]) == len(ep)
+    barrier = parse_elastic_barrier("> EP:   1/  2, barrier time: 8.346 us> EP:   0/  2, barrier time: 24.290 us\n")
+    assert barrier["barrier_us"] == {0: 24.29, 1: 8.346}
 
 
 def test_thresholds():

@@ -636,14 +636,20 @@ def test_rollback_puts_the_previous_build_back_and_reduces_the_failed_one(run_mo
     first = build(run_module, src, prefix, inputs={"deepep_version": "v1"})
     second = build(run_module, src, prefix, inputs={"deepep_version": "v2"})
     assert current_target(prefix) == "builds/" + second["fingerprint"]
+    # Its export for the other nodes, as the build run wrote it.
+    export = tmp_path / "artifacts" / ("demo-%s.tar.gz" % second["fingerprint"])
+    assert build(run_module, src, prefix, inputs={"deepep_version": "v2"}, artifact_out=str(export))["artifact_written"]
     undo = dict(name="demo", prefix=str(prefix), state="rolled_back", rollback_from=second["fingerprint"],
-                rollback_to=first["fingerprint"], failure="DeepEP intranode test failed: dispatch_fp8 246 < 255 GB/s")
+                rollback_to=first["fingerprint"], failure="DeepEP intranode test failed: dispatch_fp8 246 < 255 GB/s",
+                artifact_out=str(export))
     predicted, failed = run_module(module, undo, check_mode=True)
     assert not failed and predicted["changed"] and current_target(prefix) == "builds/" + second["fingerprint"]
     done, failed = run_module(module, undo)
     assert not failed and done["changed"] and done["rolled_back_to"] == first["fingerprint"], done
     # What the build now live was made with: the caller undoes what it did for the failed one only.
     assert done["rolled_back_to_inputs"] == {"deepep_version": "v1"}, done
+    # A rebuild of the same inputs is exported anew, not stood for by the failed build's export.
+    assert done["artifacts_removed"] == [str(export)] and not export.exists()
     assert current_target(prefix) == "builds/" + first["fingerprint"]
     assert "rolled back from %s: current points at the previous build %s again" % (
         second["fingerprint"], first["fingerprint"]) in done["reason"]
