@@ -60,8 +60,8 @@ ABANDON_MISSED_CHECKS = 6
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
 # What the build option may hold: the component's own options, as a role describes a build once for every task.
 BUILD_KEYS = ("name", "src", "git_url", "git_ref", "prefix", "build_command", "verify_command", "environment", "inputs",
-              "patches", "controller_patches", "keep", "force", "build_user", "controller_src", "read_files",
-              "cxx_runtime_check")
+              "patches", "controller_patches", "keep", "force", "rebuild_current", "build_user", "controller_src",
+              "read_files", "cxx_runtime_check")
 # (path, size, mtime_ns) -> digest: every host of a run shares one archive, hashed once.
 _DIGESTS = {}
 
@@ -133,7 +133,8 @@ def plan_from_reading(args, known):
         return None
     if (args.get("state") or "built") != "built" or args.get("git_url") or args.get("patches") or args.get("artifact_in"):
         return None
-    if str(args.get("force", False)).lower() not in ("false", "no", "0", "off", "n", "f"):
+    if any(str(args.get(key, False)).lower() not in ("false", "no", "0", "off", "n", "f")
+           for key in ("force", "rebuild_current")):
         return None
     prefix, digest = args.get("prefix"), args.get("src_digest")
     if not prefix or not args.get("src") or not digest or not posixpath.isabs(prefix):

@@ -113,6 +113,15 @@ options:
       - Build even when the fingerprint is already built.
     type: bool
     default: false
+  rebuild_current:
+    description:
+      - Build again when C(current) already points at this fingerprint: the caller found that build broken (the
+        deepep role, when C(import deep_ep) of it fails on an undefined symbol: torch moved under it). Unlike
+        O(force), a kept build of another fingerprint is still switched to, and a cache build installed: the
+        failed import was not theirs (DeepEP V1 asked for after V2, whose extension does not load against
+        torch's own NCCL).
+    type: bool
+    default: false
   artifact_in:
     description:
       - An archive of a verified build made on another node with the same inputs (build once, fan out). When
@@ -1158,16 +1167,19 @@ class SourceBuild(object):
         previous_stamp = self.read_stamp(os.path.join(self.builds, previous)) if previous else None
         built = self.read_stamp(install_dir) is not None
 
-        if previous == fp and built and not params["force"]:
+        rebuild = params["force"] or (params["rebuild_current"] and previous == fp)
+        if previous == fp and built and not rebuild:
             action, reason = None, "up to date (fingerprint %s)" % fp
-        elif built and not params["force"]:
+        elif built and not rebuild:
             action, reason = "switch", "switch current to the existing build %s" % fp
-        elif params["artifact_in"] and os.path.isfile(params["artifact_in"]) and not params["force"]:
+        elif params["artifact_in"] and os.path.isfile(params["artifact_in"]) and not rebuild:
             action, reason = "artifact", "installed from %s (built once on another node)" % params["artifact_in"]
         else:
             action = "build"
             if params["force"]:
                 reason = "forced"
+            elif rebuild:
+                reason = "current (%s) was found broken: built again (rebuild_current)" % fp
             elif previous_stamp is None:
                 reason = "no previous build"
             else:
@@ -1316,6 +1328,7 @@ def main():
             patch_texts=dict(type="list", elements="dict", default=[]),
             keep=dict(type="int", default=2),
             force=dict(type="bool", default=False),
+            rebuild_current=dict(type="bool", default=False),
             artifact_in=dict(type="path"),
             artifact_out=dict(type="path"),
             src_in=dict(type="path"),

@@ -136,7 +136,8 @@ def work_out(node, settings, cuda_probed=None, nccl_planned=None):
             "nvshmem_dir": nvshmem_dir,
             "arch_list": gate["arch_list"],
         },
-        # An import that fails on an undefined symbol means torch moved under the build (KF18).
-        "force": bool((stack.get("deep_ep") or {}).get("undefined_symbol")),
+        # An import of the live build that fails on an undefined symbol means torch moved under it (KF18): that
+        # build is made again. Another one (V1's kept build, asked for after V2) is switched to as usual.
+        "rebuild_current": bool((stack.get("deep_ep") or {}).get("undefined_symbol")),
     }
     return answer

@@ -51,7 +51,7 @@ def test_the_role_defaults_on_the_gpu_machine_build_against_the_source_nvshmem()
     assert (build["git_url"], build["src"], build["prefix"]) == (
         "https://github.com/deepseek-ai/DeepEP.git", "", "/opt/deepep/deepep")
     assert build["build_command"].startswith("/opt/deepep/venv/bin/python setup.py bdist_wheel")
-    assert build["force"] is False
+    assert build["rebuild_current"] is False and "force" not in build
 
 
 def test_the_interpreters_own_nvshmem_wheel_needs_no_nvshmem_dir():
@@ -128,10 +128,10 @@ def test_an_archive_is_copied_under_the_prefix_and_no_git_source_is_named():
     assert build["environment"]["MAX_JOBS"] == "16" and "CXX" not in build["environment"]
 
 
-def test_an_undefined_symbol_forces_a_rebuild():
+def test_an_undefined_symbol_rebuilds_the_live_build():
     node = copy.deepcopy(NODE)
     node["interpreter"]["deep_ep"] = {"undefined_symbol": True}
-    assert inputs(node)["build"]["force"] is True
+    assert inputs(node)["build"]["rebuild_current"] is True
 
 
 def test_every_setting_is_required():

@@ -660,6 +660,20 @@ def test_rollback_puts_the_previous_build_back_and_reduces_the_failed_one(run_mo
     assert build(run_module, src, prefix, check_mode=True)["action"] == "build"
 
 
+def test_rebuild_current_rebuilds_only_the_build_current_points_at(run_module, src, tmp_path):
+    # V1 asked for after V2: the probe's import of the live (V2) build failed on an undefined symbol. The kept V1
+    # build is switched to, not built again (2 x H200, docs/results/v2-rollback-h200x2: 104.7 s spent rebuilding).
+    prefix = tmp_path / "opt"
+    v1 = build(run_module, src, prefix, inputs={"deepep_version": "v1"})
+    v2 = build(run_module, src, prefix, inputs={"deepep_version": "v2"})
+    back = build(run_module, src, prefix, inputs={"deepep_version": "v1"}, rebuild_current=True)
+    assert back["action"] == "switch" and back["fingerprint"] == v1["fingerprint"], back
+    # The live build itself found broken (torch moved under it, same inputs): built again.
+    again = build(run_module, src, prefix, inputs={"deepep_version": "v1"}, rebuild_current=True)
+    assert again["action"] == "build" and "built again (rebuild_current)" in again["reason"], again
+    assert current_target(prefix) == "builds/" + v1["fingerprint"] != "builds/" + v2["fingerprint"]
+
+
 def test_rollback_of_a_first_install_removes_current(run_module, src, tmp_path):
     prefix = tmp_path / "opt"
     only = build(run_module, src, prefix)
