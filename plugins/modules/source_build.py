@@ -115,11 +115,11 @@ options:
     default: false
   rebuild_current:
     description:
-      - Build again when C(current) already points at this fingerprint: the caller found that build broken (the
-        deepep role, when C(import deep_ep) of it fails on an undefined symbol: torch moved under it). Unlike
-        O(force), a kept build of another fingerprint is still switched to, and a cache build installed: the
-        failed import was not theirs (DeepEP V1 asked for after V2, whose extension does not load against
-        torch's own NCCL).
+      - Build again when C(current) already points at this fingerprint, which the caller found broken (the deepep
+        role, when C(import deep_ep) of it fails on an undefined symbol because torch moved under it). Unlike
+        O(force), a kept build of another fingerprint is still switched to, and a cache build installed, since the
+        failed import was not theirs (DeepEP V1 asked for after V2, whose extension does not load against torch's
+        own NCCL).
     type: bool
     default: false
   artifact_in:
@@ -134,8 +134,8 @@ options:
         plugin fetches a newly written one into it). Not rewritten while it holds this fingerprint. Files of the build directory named
         C(*.node-record) (what a role checked on this node) are left out. Exports of builds no longer kept
         (C(<name>-<fingerprint>.tar.gz) beside it) are removed (RV(artifacts_removed)).
-      - With O(state=rolled_back), the failed build's export, as its build run had it: removed with the build, so
-        that a rebuild of the same inputs is exported anew.
+      - With O(state=rolled_back), the failed build's export, as its build run had it. It is removed with the
+        build, so that a rebuild of the same inputs is exported anew.
     type: path
   controller_src:
     description:
@@ -165,7 +165,7 @@ options:
         record (C(<archive>.sha256), sha256sum's format) taken on the controller (RV(fetched)); the directory is
         made 0700 when missing. The other nodes install it from there (O(controller_artifact)).
       - With O(state=rolled_back), outside check mode, the failed build's archive and its record are removed from
-        it once the rollback is done (RV(uncached)): no node installs a build that failed its checks, and the next
+        it once the rollback is done (RV(uncached)). No node installs a build that failed its checks, and the next
         run builds it anew.
     type: path
   known_builds:

@@ -141,7 +141,7 @@ def test_a_build_whose_tests_fail_leaves_the_controller_cache_and_is_built_anew(
     extra = {"deepep_cache_dir": str(cache)}
     rc, dummy, out = run(node, "-e", json.dumps(dict(extra, deepep_intranode_thresholds={"dispatch_fp8": 255})))
     assert rc == 2, out
-    fp = [n for n in os.listdir(str(node["prefix"] / "deepep" / "builds"))][0]
+    (fp,) = os.listdir(str(node["prefix"] / "deepep" / "builds"))
     entry = cache / ("deepep-%s.tar.gz" % fp)
     flat = " ".join(out.replace("''", "'").split())
     assert "removed from the controller cache: %s" % entry in flat, out
