@@ -126,6 +126,7 @@ def test_a_first_install_whose_tests_fail_leaves_nothing_live(node, tmp_path):
     rc, dummy, out = run(node, "-e", '{"deepep_intranode_thresholds": {"dispatch_fp8": 255}}')
     assert rc == 2, out
     assert "current removed (nothing was installed before)" in out and "the wheel: removed deep_ep-1.2.1.dist-info" in out
+    assert "no env script was written" in out and "the env script was not changed" not in out, out
     assert current(node) is None and installed_wheel(node) == "(no marker)"
     assert not (node["tmp"] / "venv" / "site-packages" / "deep_ep").exists()
     assert not (node["prefix"] / "env.sh").exists()
