@@ -22,6 +22,11 @@ description:
     upgrade reinstalls its NCCL wheel) are backed up anew before they are replaced.
   - V(absent) puts the wheel's original files back when the files in place are still the build's, and forgets the
     record either way; that is what a later C(deepep_version=v1) run or a rollback needs.
+  - V(upgraded) records that the nccl layer's wheel method upgraded the interpreter's C(nvidia-nccl-cu12/cu13) wheel
+    from O(version_before) to O(version) (C(.moe_infra_nccl_wheel.json) in the wheel's directory), so that a later
+    DeepEP V1 run or a rollback installs O(version_before) again. The record keeps the first version it was
+    upgraded from; it is removed when O(version_before) is O(version). V(absent) removes a record that no longer
+    matches the installed wheel (pip put another version there since, the rollback's pip for one).
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
 author:
@@ -51,10 +56,15 @@ options:
         own user loads it.
     type: str
     default: ""
-  state:
-    description: V(present) puts the build in place; V(absent) puts the originals back.
+  version_before:
+    description: The wheel's version before the wheel method upgraded it (C(2.28.9)). Required with
+      O(state=upgraded), where O(version) is the version installed now.
     type: str
-    choices: [present, absent]
+  state:
+    description: V(present) puts the build in place; V(absent) puts the originals back; V(upgraded) records a
+      wheel upgrade.
+    type: str
+    choices: [present, absent, upgraded]
     default: present
 attributes:
   check_mode:
@@ -79,6 +89,14 @@ EXAMPLES = r"""
     build_dir: /opt/deepep/nccl/current
     version: 2.30.7
     backup_dir: /opt/deepep/nccl/replaced
+
+- name: Say that pip upgraded the wheel from 2.28.9, for a later V1 run to install it again
+  moe_infra.deepep.nccl_runtime:
+    python: /opt/deepep/venv/bin/python
+    version: 2.30.7
+    version_before: 2.28.9
+    backup_dir: /opt/deepep/nccl/replaced
+    state: upgraded
 
 - name: Put the wheel's NCCL back
   moe_infra.deepep.nccl_runtime:
@@ -107,6 +125,12 @@ backup:
   description: The directory holding the wheel's original files; null when nothing is replaced.
   returned: always
   type: str
+wheel_upgrade:
+  description: The wheel upgrade record in place after the task (C(package), C(version), C(version_before)); null
+    when there is none.
+  returned: always
+  type: dict
+  sample: {package: nvidia-nccl-cu13, version: 2.30.7, version_before: 2.28.9}
 """
 
 import hashlib
@@ -119,11 +143,21 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 
 RECORD = ".moe_infra_nccl.json"
+WHEEL_RECORD = ".moe_infra_nccl_wheel.json"
 LIB = os.path.join("lib", "libnccl.so.2")
 FIND_PACKAGE = ("import importlib.util, json\n"
                 "spec = importlib.util.find_spec('nvidia.nccl')\n"
                 "print(json.dumps(list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations"
                 " else None))\n")
+WHEEL_VERSION = ("import importlib.metadata as md, json\n"
+                 "found = None\n"
+                 "for name in ('nvidia-nccl-cu13', 'nvidia-nccl-cu12'):\n"
+                 "    try:\n"
+                 "        found = [name, md.version(name)]\n"
+                 "        break\n"
+                 "    except md.PackageNotFoundError:\n"
+                 "        pass\n"
+                 "print(json.dumps(found))\n")
 VERSION_CHECK = ("import ctypes, sys\n"
                  "code = ctypes.c_int()\n"
                  "ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(code))\n"
@@ -193,13 +227,23 @@ class NcclRuntime(object):
             return None, (err.strip().splitlines() or ["exit %d" % rc])[-1]
         return decode_version(int(out.strip().splitlines()[-1])), None
 
+    def installed_wheel(self):
+        """(package, version) of the interpreter's NCCL wheel as pip installed it, or (None, None)."""
+        rc, out, err = self.module.run_command([self.params["python"], "-c", WHEEL_VERSION], cwd="/")
+        if rc != 0:
+            self.module.fail_json(msg="%s could not read its NCCL wheel's version: %s"
+                                  % (self.params["python"], err.strip()))
+        found = json.loads(out.strip().splitlines()[-1])
+        return tuple(found) if found else (None, None)
+
     @staticmethod
-    def read_record(nccl_dir):
+    def read_record(nccl_dir, name=RECORD):
         try:
-            with open(os.path.join(nccl_dir, RECORD)) as handle:
-                return json.load(handle)
+            with open(os.path.join(nccl_dir, name)) as handle:
+                record = json.load(handle)
         except (OSError, ValueError):
             return None
+        return record if isinstance(record, dict) else None
 
     @staticmethod
     def put_files(from_dir, nccl_dir):
@@ -218,8 +262,8 @@ class NcclRuntime(object):
             os.rename(include + ".moe-new", include)
             shutil.rmtree(include + ".moe-old", ignore_errors=True)
 
-    def write_record(self, nccl_dir, record):
-        path = os.path.join(nccl_dir, RECORD)
+    def write_record(self, nccl_dir, record, name=RECORD):
+        path = os.path.join(nccl_dir, name)
         with open(path + ".tmp", "w") as handle:
             json.dump(record, handle, indent=2, sort_keys=True)
         os.replace(path + ".tmp", path)
@@ -271,6 +315,10 @@ class NcclRuntime(object):
         return result
 
     def absent(self, result):
+        self.restore_files(result)
+        return self.forget_wheel_upgrade(result)
+
+    def restore_files(self, result):
         nccl_dir = result["nccl_dir"]
         record = self.read_record(nccl_dir)
         if record is None:
@@ -290,10 +338,52 @@ class NcclRuntime(object):
             result["loaded_version"] = self.loaded_version(lib)[0]
         return result
 
+    def forget_wheel_upgrade(self, result):
+        """The upgrade record goes once the wheel installed is no longer the version it says pip put there."""
+        nccl_dir = result["nccl_dir"]
+        record = self.read_record(nccl_dir, WHEEL_RECORD)
+        if record is None:
+            return result
+        dummy, installed = self.installed_wheel()
+        if installed == record.get("version"):
+            result["wheel_upgrade"] = record
+            return result
+        result["changed"] = True
+        if not self.module.check_mode:
+            os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
+            result["loaded_version"] = self.loaded_version(os.path.join(nccl_dir, LIB))[0]
+        return result
+
+    def upgraded(self, result):
+        nccl_dir = result["nccl_dir"]
+        package, installed = self.installed_wheel()
+        version, before = self.params["version"], self.params["version_before"]
+        if installed != version:
+            self.module.fail_json(msg="the interpreter's NCCL wheel is %s, not %s: record the upgrade after pip "
+                                      "installed %s" % (installed, version, version), **result)
+        record = self.read_record(nccl_dir, WHEEL_RECORD)
+        if record and record.get("package") == package and record.get("version") == before:
+            before = record.get("version_before")  # upgraded again: the first version is the one to go back to
+        want = None if before == version else dict(package=package, version=version, version_before=before)
+        result["wheel_upgrade"] = want
+        if record == want:
+            return result
+        result["changed"] = True
+        if self.module.check_mode:
+            return result
+        if want:
+            self.write_record(nccl_dir, want, WHEEL_RECORD)
+        else:
+            os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
+        return result
+
     def run(self):
-        result = dict(changed=False, action="none", nccl_dir=self.nccl_dir(), loaded_version=None, backup=None)
+        result = dict(changed=False, action="none", nccl_dir=self.nccl_dir(), loaded_version=None, backup=None,
+                      wheel_upgrade=None)
         if self.params["state"] == "present":
             return self.present(result)
+        if self.params["state"] == "upgraded":
+            return self.upgraded(result)
         return self.absent(result)
 
 
@@ -306,11 +396,13 @@ def main():
             python=dict(type="path", required=True),
             build_dir=dict(type="path"),
             version=dict(type="str"),
+            version_before=dict(type="str"),
             backup_dir=dict(type="path", required=True),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
+            state=dict(type="str", default="present", choices=["present", "absent", "upgraded"]),
             check_user=dict(type="str", default=""),
         ),
-        required_if=[("state", "present", ("build_dir", "version"))],
+        required_if=[("state", "present", ("build_dir", "version")),
+                     ("state", "upgraded", ("version", "version_before"))],
         supports_check_mode=True,
     )
     if not os.path.isfile(module.params["python"]) or not os.access(module.params["python"], os.X_OK):

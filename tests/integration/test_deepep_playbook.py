@@ -20,7 +20,7 @@ from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.fanout_report import fanout_roles
 from ansible_collections.moe_infra.deepep.tests.fixtures.nvshmem_tree import make_nvshmem_tree
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_pip_site, make_python_site, nccl_wheel
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
 from ansible_collections.moe_infra.deepep.tests.fixtures.wheel_index import make_wheel_index
 
@@ -643,9 +643,71 @@ def test_v2_that_fails_its_tests_on_a_v1_node_leaves_v1_with_torchs_own_nccl(nod
     assert rc != 0, out
     assert "DeepEP elastic_ep test failed" in out and "The new build is not live" in out, out
     assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
-    assert "torch's own NCCL files are back (NCCL 2.28.9) in place of the nccl layer's build" in out, out
+    assert "torch's own NCCL files are back (NCCL 2.28.9) in place of the nccl layer's;" in out, out
     assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == original
     assert not (nccl_dir / ".moe_infra_nccl.json").exists()
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0 and changed == 0, out
+    assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out
+
+
+def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again(node):
+    # nccl_method wheel (the default) on an interpreter whose pip manages its NCCL wheel (a real venv, fixture
+    # wheels 2.28.9 and 2.30.7 in a local directory, as an air-gapped site's mirror). A node running V1 asked for
+    # V2 whose tests fail: V1 live again and pip puts torch's 2.28.9 back. V2 that passes upgrades the wheel
+    # again, and V1 after it installs 2.28.9 again; a mirror without it stops V1 saying so, and the next run
+    # does it. Then nothing to do.
+    wheels = node["tmp"] / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    nccl_wheel(wheels, (2, 30, 7))
+    python = make_pip_site(node["tmp"] / "pip-site", wheels)
+    nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
+    record = nccl_dir / ".moe_infra_nccl_wheel.json"
+
+    def wheel_version():
+        return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def loaded():
+        return subprocess.run([python, "-c", "import ctypes; v = ctypes.c_int(); ctypes.CDLL(%r).ncclGetVersion("
+                               "ctypes.byref(v)); print(v.value)" % str(nccl_dir / "lib" / "libnccl.so.2")],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    v2 = dict(v2_inputs(node, deepep_jit_warmup=False), deepep_python=python, nccl_method="wheel",
+              nccl_pip_extra_args="--no-index --find-links %s" % wheels)
+    failing_v2 = dict(v2, deepep_gin="enabled", deepep_verify_num_processes=2)
+    v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
+          "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
+    back = "TASK [moe_infra.deepep.nccl : Install the version the wheel was upgraded from]"
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0, out
+    v1_build = os.readlink(str(node["prefix"] / "deepep" / "current"))
+
+    rc, changed, out = run(node, "-e", json.dumps(failing_v2))
+    assert rc != 0 and "DeepEP elastic_ep test failed" in out and "The new build is not live" in out, out
+    assert "changed: [localhost]" in task_lines(out, back), out
+    assert "torch's own NCCL files are back (NCCL 2.28.9) in place of the nccl layer's;" in out, out
+    assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
+    assert wheel_version() == "2.28.9" and loaded() == "22809" and not record.exists()
+
+    rc, changed, out = run(node, "-e", json.dumps(v2))
+    assert rc == 0, out
+    assert wheel_version() == "2.30.7" and loaded() == "23007"
+    assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
+                                              "version_before": "2.28.9"}
+
+    (wheels / "nvidia_nccl_cu13-2.28.9-py3-none-any.whl").rename(wheels / "kept-aside")
+    rc, changed, out = run(node, "-e", json.dumps(dict(v1, deepep_network_retries=0)))
+    assert rc != 0, out
+    assert ("torch's NCCL wheel stays at 2.30.7 (the nccl layer's wheel method installed it for DeepEP V2): pip could "
+            "not install nvidia-nccl-cu13==2.28.9, the version torch came with") in out, out
+    assert wheel_version() == "2.30.7" and record.exists()
+    (wheels / "kept-aside").rename(wheels / "nvidia_nccl_cu13-2.28.9-py3-none-any.whl")
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0 and "changed: [localhost]" in task_lines(out, back), out
+    assert wheel_version() == "2.28.9" and loaded() == "22809" and not record.exists()
+    assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0 and changed == 0, out
     assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out

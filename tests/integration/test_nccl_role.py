@@ -5,7 +5,6 @@ nothing done on a second run, the wheel's files kept, and a source of another ve
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -19,7 +18,7 @@ import zipfile
 import pytest
 
 from ansible_collections.moe_infra.deepep.tests.fixtures.fanout_report import fanout_roles
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import build_nccl_stub, make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site, nccl_wheel
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -94,36 +93,6 @@ def test_a_tag_older_than_v2_needs_is_refused_before_anything_runs(tmp_path):
                    nccl_arch_list=["9.0"], nccl_prefix=str(tmp_path / "opt" / "nccl"))
     assert rc != 0 and "NCCL 2.28.9 is older than DeepEP V2 needs (>= 2.30.4)" in out
     assert not (tmp_path / "opt").exists()
-
-
-def nccl_wheel(directory, version, cuda_major=13):
-    """A stand-in for NVIDIA's nvidia-nccl-cuNN wheel (a fixture): nvidia/nccl/lib/libnccl.so.2 answering version
-    through ncclGetVersion, nvidia/nccl/include/nccl.h, the dist-info pip reads."""
-    name = "nvidia_nccl_cu%d" % cuda_major
-    text = ".".join(str(part) for part in version)
-    lib = os.path.join(str(directory), "libnccl-%s.so.2" % text)
-    build_nccl_stub(lib, version)
-    with open(lib, "rb") as handle:
-        library = handle.read()
-    os.unlink(lib)
-    dist = "%s-%s.dist-info" % (name, text)
-    files = {"nvidia/__init__.py": b"", "nvidia/nccl/__init__.py": b"", "nvidia/nccl/lib/libnccl.so.2": library,
-             "nvidia/nccl/include/nccl.h": ("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n"
-                                            % version).encode(),
-             dist + "/METADATA": ("Metadata-Version: 2.1\nName: nvidia-nccl-cu%d\nVersion: %s\n"
-                                  % (cuda_major, text)).encode(),
-             dist + "/WHEEL": b"Wheel-Version: 1.0\nGenerator: fixture\nRoot-Is-Purelib: false\nTag: py3-none-any\n"}
-
-    def digest(data):
-        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-    record = "".join("%s,sha256=%s,%d\n" % (path, digest(data), len(data)) for path, data in files.items())
-    files[dist + "/RECORD"] = (record + dist + "/RECORD,,\n").encode()
-    path = os.path.join(str(directory), "%s-%s-py3-none-any.whl" % (name, text))
-    with zipfile.ZipFile(path, "w") as wheel:
-        for member, data in files.items():
-            wheel.writestr(member, data)
-    return path
 
 
 def test_wheel_method_offline_then_a_source_build_undone_by_going_back_to_the_wheel(tmp_path):

@@ -46,12 +46,21 @@ if name and root:
                             "ibgda_transport": os.path.exists(os.path.join(lib, "nvshmem_transport_ibgda.so.3"))}
 name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
 if name:
-    out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None}
+    out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None,
+                         "upgraded_from": None}
     # The nccl layer's record (nccl_runtime) where it put a build in place of the wheel's files, for DeepEP V2.
     try:
         with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl.json")) as record:
             record = json.load(record)
         out["nccl_wheel"]["replaced_by"] = {"version": record.get("version"), "build_dir": record.get("build_dir")}
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass
+    # Its record of upgrading this wheel with pip (the wheel method), while the wheel is still the one it installed.
+    try:
+        with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl_wheel.json")) as record:
+            record = json.load(record)
+        if record.get("package") == name and record.get("version") == version:
+            out["nccl_wheel"]["upgraded_from"] = record.get("version_before")
     except (OSError, TypeError, ValueError, AttributeError):
         pass
 out["numpy"] = dist(["numpy"])[1]
@@ -242,6 +251,11 @@ def state_key(module, python, script, env, run=None):
             lib = os.path.join(path, "nvidia", package, "lib")
             if os.path.isdir(lib):
                 wheel_libs.append((lib, [(name, _identity(os.path.join(lib, name))) for name in sorted(os.listdir(lib))]))
+        # The nccl layer's records beside the wheel's files (what the probe reports of them).
+        for record in (".moe_infra_nccl.json", ".moe_infra_nccl_wheel.json"):
+            record = os.path.join(path, "nvidia", "nccl", record)
+            if os.path.exists(record):
+                wheel_libs.append((record, _identity(record)))
     state = {"python": os.path.realpath(python), "python_stat": _stat(os.path.realpath(python)),
              "kernel": os.uname().release, "driver": driver,
              "sys_path": [(path, _entries(path)) for path in paths], "named": named, "wheel_libs": wheel_libs,

@@ -91,6 +91,66 @@ def test_files_pip_put_back_are_kept_anew_and_never_restored_over(run_module, si
     assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == upgraded
 
 
+def pip_installs(nccl_dir, version):
+    """What pip leaves after installing nvidia-nccl-cu13==version (a fixture): one dist-info of that version, the
+    wheel's library answering it."""
+    site = nccl_dir.parent.parent
+    for old in site.glob("nvidia_nccl_cu13-*.dist-info"):
+        shutil.rmtree(str(old))
+    info = site / ("nvidia_nccl_cu13-%s.dist-info" % version)
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu13\nVersion: %s\n" % version)
+    build_nccl_stub(str(nccl_dir / "lib" / "libnccl.so.2"), tuple(int(part) for part in version.split(".")))
+
+
+def test_a_wheel_upgrade_is_recorded_from_its_first_version_and_forgotten_once_undone(run_module, site, tmp_path):
+    python, nccl_dir = site
+    replaced = str(tmp_path / "replaced")
+
+    def upgraded(version, before, check_mode=False):
+        return run_module(module, dict(python=python, backup_dir=replaced, version=version, version_before=before,
+                                       state="upgraded"), check_mode=check_mode)
+
+    pip_installs(nccl_dir, "2.30.4")
+    predicted, failed = upgraded("2.30.4", "2.28.9", check_mode=True)
+    assert not failed and predicted["changed"] is True and not (nccl_dir / module.WHEEL_RECORD).exists()
+    done, failed = upgraded("2.30.4", "2.28.9")
+    assert not failed and done["changed"] is True
+    assert done["wheel_upgrade"] == {"package": "nvidia-nccl-cu13", "version": "2.30.4", "version_before": "2.28.9"}
+    assert json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == done["wheel_upgrade"]
+    again, failed = upgraded("2.30.4", "2.28.9")
+    assert not failed and again["changed"] is False
+    # Upgraded once more: the version to go back to is still the one torch came with.
+    pip_installs(nccl_dir, "2.30.7")
+    done, failed = upgraded("2.30.7", "2.30.4")
+    assert not failed and done["wheel_upgrade"]["version_before"] == "2.28.9"
+
+    # While the wheel is the one recorded, absent keeps the record (the restore's pip has not run yet).
+    kept, failed = run_module(module, dict(python=python, backup_dir=replaced, state="absent"))
+    assert not failed and kept["changed"] is False and kept["wheel_upgrade"]["version"] == "2.30.7"
+    pip_installs(nccl_dir, "2.28.9")
+    predicted, failed = run_module(module, dict(python=python, backup_dir=replaced, state="absent"), check_mode=True)
+    assert not failed and predicted["changed"] is True and (nccl_dir / module.WHEEL_RECORD).exists()
+    undone, failed = run_module(module, dict(python=python, backup_dir=replaced, state="absent"))
+    assert not failed and undone["changed"] is True and undone["wheel_upgrade"] is None
+    assert undone["loaded_version"] == "2.28.9" and not (nccl_dir / module.WHEEL_RECORD).exists()
+
+
+def test_a_wheel_upgrade_is_recorded_only_as_pip_left_it(run_module, site, tmp_path):
+    python, nccl_dir = site
+    args = dict(python=python, backup_dir=str(tmp_path / "replaced"), state="upgraded")
+    result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.28.9"))
+    assert failed and result["msg"] == ("the interpreter's NCCL wheel is 2.28.9, not 2.30.7: record the upgrade after "
+                                        "pip installed 2.30.7")
+    assert not (nccl_dir / module.WHEEL_RECORD).exists()
+    result, failed = run_module(module, dict(args, version="2.30.7"))
+    assert failed and "state is upgraded but all of the following are missing: version_before" in result["msg"]
+    # No upgrade (the version before is the version now): nothing to go back to, no record.
+    pip_installs(nccl_dir, "2.30.7")
+    result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.30.7"))
+    assert not failed and result["changed"] is False and result["wheel_upgrade"] is None
+
+
 def test_a_build_that_answers_another_version_is_taken_out_again(run_module, site, tmp_path):
     python, nccl_dir = site
     original = (nccl_dir / "lib" / "libnccl.so.2").read_bytes()

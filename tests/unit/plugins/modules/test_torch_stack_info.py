@@ -53,6 +53,22 @@ def test_says_which_build_the_nccl_layer_put_in_place_of_the_wheel(run_module, t
     assert run_module(module, {"python": python})[0]["nccl_wheel"]["replaced_by"] is None
 
 
+def test_says_which_version_the_nccl_layer_upgraded_the_wheel_from(run_module, tmp_path):
+    """nccl_runtime's wheel upgrade record: said while the wheel is the version the record says pip installed."""
+    python = make_python_site(tmp_path, nccl=(2, 30, 7))
+    nccl_dir = [os.path.join(root, "nccl") for root, dirs, files in os.walk(str(tmp_path)) if root.endswith("/nvidia")
+                and "nccl" in dirs][0]
+    assert run_module(module, {"python": python})[0]["nccl_wheel"]["upgraded_from"] is None
+    with open(os.path.join(nccl_dir, ".moe_infra_nccl_wheel.json"), "w") as record:
+        record.write('{"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}')
+    result, failed = run_module(module, {"python": python})
+    assert not failed and result["nccl_wheel"]["upgraded_from"] == "2.28.9", result
+    with open(os.path.join(nccl_dir, ".moe_infra_nccl_wheel.json"), "w") as record:
+        # pip installed another version since (a torch upgrade): the record no longer says what is there
+        record.write('{"package": "nvidia-nccl-cu13", "version": "2.30.4", "version_before": "2.28.9"}')
+    assert run_module(module, {"python": python})[0]["nccl_wheel"]["upgraded_from"] is None
+
+
 def test_wheel_without_ibgda_and_missing_nvshmem(run_module, tmp_path):
     result, dummy = run_module(module, {"python": make_python_site(tmp_path / "a", ibgda_transport=False)})
     assert result["nvshmem_wheel"]["ibgda_transport"] is False
