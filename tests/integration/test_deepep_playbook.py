@@ -654,9 +654,9 @@ def test_v2_that_fails_its_tests_on_a_v1_node_leaves_v1_with_torchs_own_nccl(nod
 def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again(node):
     # nccl_method wheel (the default) on an interpreter whose pip manages its NCCL wheel (a real venv, fixture
     # wheels 2.28.9 and 2.30.7 in a local directory, as an air-gapped site's mirror). A node running V1 asked for
-    # V2 whose tests fail: V1 live again and pip puts torch's 2.28.9 back. V2 that passes upgrades the wheel
-    # again, and V1 after it installs 2.28.9 again; a mirror without it stops V1 saying so, and the next run
-    # does it. Then nothing to do.
+    # V2 whose tests fail: V1 live again and pip puts torch's 2.28.9 back. A mirror without 2.28.9: said, and put
+    # back by the next run that has it. V2 that passes upgrades the wheel, and V1 after it installs 2.28.9 again.
+    # Then nothing to do.
     wheels = node["tmp"] / "wheels"
     wheels.mkdir()
     nccl_wheel(wheels, (2, 28, 9))
@@ -679,7 +679,7 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     failing_v2 = dict(v2, deepep_gin="enabled", deepep_verify_num_processes=2)
     v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
           "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
-    back = "TASK [moe_infra.deepep.nccl : Install the version the wheel was upgraded from]"
+    back = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch came with again (a V2 run upgraded it)]"
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0, out
     v1_build = os.readlink(str(node["prefix"] / "deepep" / "current"))
@@ -691,19 +691,32 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
     assert wheel_version() == "2.28.9" and loaded() == "22809" and not record.exists()
 
+    # A mirror without the version torch came with: the rollback says so after what failed, V1 stops saying so;
+    # the record stays, and the run after the mirror has it puts it back.
+    stays = ("torch's NCCL wheel stays at 2.30.7 (the nccl layer's wheel method installed it for DeepEP V2): pip "
+             "could not install nvidia-nccl-cu13==2.28.9, the version torch came with")
+    (wheels / "nvidia_nccl_cu13-2.28.9-py3-none-any.whl").rename(wheels / "kept-aside")
+    rc, changed, out = run(node, "-e", json.dumps(dict(failing_v2, deepep_network_retries=0)))
+    assert rc != 0, out
+    # What failed comes first, as without the wheel's trouble (the pip error does not take its place).
+    assert ("Action failed: DeepEP elastic_ep test failed: exit status 1; 0 of 2 ranks reported results. The new "
+            "build is not live") in out, out
+    assert stays in out and "torch's own NCCL files are back" not in out, out
+    assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
+    assert wheel_version() == "2.30.7" and record.exists()
+    rc, changed, out = run(node, "-e", json.dumps(dict(v1, deepep_network_retries=0)))
+    assert rc != 0 and stays in out, out
+    assert wheel_version() == "2.30.7" and record.exists()
+    (wheels / "kept-aside").rename(wheels / "nvidia_nccl_cu13-2.28.9-py3-none-any.whl")
+    rc, changed, out = run(node, "-e", json.dumps(v1))
+    assert rc == 0 and "changed: [localhost]" in task_lines(out, back), out
+    assert wheel_version() == "2.28.9" and loaded() == "22809" and not record.exists()
+
     rc, changed, out = run(node, "-e", json.dumps(v2))
     assert rc == 0, out
     assert wheel_version() == "2.30.7" and loaded() == "23007"
     assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
                                               "version_before": "2.28.9"}
-
-    (wheels / "nvidia_nccl_cu13-2.28.9-py3-none-any.whl").rename(wheels / "kept-aside")
-    rc, changed, out = run(node, "-e", json.dumps(dict(v1, deepep_network_retries=0)))
-    assert rc != 0, out
-    assert ("torch's NCCL wheel stays at 2.30.7 (the nccl layer's wheel method installed it for DeepEP V2): pip could "
-            "not install nvidia-nccl-cu13==2.28.9, the version torch came with") in out, out
-    assert wheel_version() == "2.30.7" and record.exists()
-    (wheels / "kept-aside").rename(wheels / "nvidia_nccl_cu13-2.28.9-py3-none-any.whl")
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0 and "changed: [localhost]" in task_lines(out, back), out
     assert wheel_version() == "2.28.9" and loaded() == "22809" and not record.exists()
