@@ -137,6 +137,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 
@@ -356,8 +357,11 @@ class NcclRuntime(object):
 
     def upgraded(self, result):
         nccl_dir = result["nccl_dir"]
-        package, installed = self.installed_wheel()
         version, before = self.params["version"], self.params["version_before"]
+        for name, value in (("version", version), ("version_before", before)):
+            if not re.match(r"^[0-9]+(\.[0-9]+){1,3}$", value):
+                self.module.fail_json(msg="%s: %r is not a version (2.28.9)" % (name, value), **result)
+        package, installed = self.installed_wheel()
         if installed != version:
             self.module.fail_json(msg="the interpreter's NCCL wheel is %s, not %s: record the upgrade after pip "
                                       "installed %s" % (installed, version, version), **result)

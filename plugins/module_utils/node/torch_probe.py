@@ -20,7 +20,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivilege
 )
 
 PROBE = r'''
-import glob, importlib.metadata as md, importlib.util, json, os, sys
+import glob, importlib.metadata as md, importlib.util, json, os, re, sys
 out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
        "nvshmem_wheel": None, "nccl_wheel": None, "numpy": None}
 def dist(names):
@@ -59,8 +59,11 @@ if name:
     try:
         with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl_wheel.json")) as record:
             record = json.load(record)
-        if record.get("package") == name and record.get("version") == version:
-            out["nccl_wheel"]["upgraded_from"] = record.get("version_before")
+        before = record.get("version_before")
+        # A version for pip to install again, nothing else (it becomes pip's requirement).
+        if (record.get("package") == name and record.get("version") == version
+                and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before))):
+            out["nccl_wheel"]["upgraded_from"] = before
     except (OSError, TypeError, ValueError, AttributeError):
         pass
 out["numpy"] = dist(["numpy"])[1]

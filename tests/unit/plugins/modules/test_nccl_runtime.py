@@ -145,6 +145,8 @@ def test_a_wheel_upgrade_is_recorded_only_as_pip_left_it(run_module, site, tmp_p
     assert not (nccl_dir / module.WHEEL_RECORD).exists()
     result, failed = run_module(module, dict(args, version="2.30.7"))
     assert failed and "state is upgraded but all of the following are missing: version_before" in result["msg"]
+    result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.28.9 --index-url http://x"))
+    assert failed and result["msg"] == "version_before: '2.28.9 --index-url http://x' is not a version (2.28.9)"
     # No upgrade (the version before is the version now): nothing to go back to, no record.
     pip_installs(nccl_dir, "2.30.7")
     result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.30.7"))

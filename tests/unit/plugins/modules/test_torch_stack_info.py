@@ -67,6 +67,10 @@ def test_says_which_version_the_nccl_layer_upgraded_the_wheel_from(run_module, t
         # pip installed another version since (a torch upgrade): the record no longer says what is there
         record.write('{"package": "nvidia-nccl-cu13", "version": "2.30.4", "version_before": "2.28.9"}')
     assert run_module(module, {"python": python})[0]["nccl_wheel"]["upgraded_from"] is None
+    with open(os.path.join(nccl_dir, ".moe_infra_nccl_wheel.json"), "w") as record:
+        # Only a version reaches pip's requirement.
+        record.write('{"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9 --pre"}')
+    assert run_module(module, {"python": python})[0]["nccl_wheel"]["upgraded_from"] is None
 
 
 def test_wheel_without_ibgda_and_missing_nvshmem(run_module, tmp_path):
