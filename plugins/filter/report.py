@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 OUTCOME_KEYS = ("action", "changed", "fingerprint", "reason", "build_seconds")
 
@@ -134,6 +135,48 @@ def deepep_site_summaries(hostvars, hosts):
     return dict((host, _site_summary(host, hostvars[host])) for host in hosts)
 
 
+def _registered(name, value):
+    if value is None or value == "":
+        return {}
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("_deepep_rollback_message: %s: expected a registered result (dict), got %r"
+                                 % (name, value))
+    return value
+
+
+def deepep_rollback_message(failure, went_live, fingerprint, env_script, digests, rollback=None, wheels=None,
+                            nccl=None):
+    """What the deepep role's rollback says when DeepEP's checks or tests failed: what failed, then what is live
+    now. went_live: this run put the failed build live (then rollback, the wheel steps (registered results, skipped
+    ones left out) and the nccl layer's restore (nccl_provided) say what was put back); else the build was live
+    before the run and stays. digests: the files' digests as the node's reading holds them (the env script's None:
+    there was none; any other reading, or none, says it was not changed)."""
+    if not isinstance(failure, str) or not failure:
+        raise AnsibleFilterError("_deepep_rollback_message: expected what failed (a string), got %r" % (failure,))
+    if not boolean(went_live, strict=True):
+        return ("%s. This build (%s) was live before this run and stays as it is. Fix the cause and run again "
+                "(deepep_verify_rerun=true runs the tests again)." % (failure, fingerprint or "?"))
+    if not isinstance(digests, Mapping):
+        raise AnsibleFilterError("_deepep_rollback_message: digests: expected the node reading's digests (dict), "
+                                 "got %r" % (digests,))
+    rollback, nccl = _registered("rollback", rollback), _registered("nccl", nccl)
+    parts = ["The new build is not live: %s" % rollback.get("reason")]
+    if rollback.get("uncached"):
+        parts[0] += "; removed from the controller cache: %s" % rollback["uncached"]
+    for index, wheel in enumerate(wheels or []):
+        wheel = _registered("wheels[%d]" % index, wheel)
+        if "reason" in wheel:
+            parts.append("the wheel: %s" % wheel["reason"])
+    if nccl.get("method") == "restore" and nccl.get("updated"):
+        parts.append("torch's own NCCL files are back (NCCL %s) in place of the nccl layer's" % nccl.get("version"))
+    if nccl.get("error"):
+        parts.append(nccl["error"])
+    parts.append("%s (%s)" % ("no env script was written" if digests.get(env_script, 0) is None
+                              else "the env script was not changed", env_script))
+    return ("%s. %s. Fix the cause and run again: the build is made anew and tested before it stays."
+            % (failure, "; ".join(parts)))
+
+
 def deepep_controller_path(path):
     """A controller path, relative ones taken from the directory ansible-playbook was started in (a module run
     on localhost, or a lookup, works in the playbook's directory instead)."""
@@ -145,6 +188,6 @@ def deepep_controller_path(path):
 class FilterModule(object):
     def filters(self):
         return {"_deepep_build_outcome": deepep_build_outcome, "_deepep_test_runs": deepep_test_runs,
-                "_deepep_result": deepep_result,
+                "_deepep_result": deepep_result, "_deepep_rollback_message": deepep_rollback_message,
                 "_deepep_summary_lines": deepep_summary_lines, "_deepep_controller_path": deepep_controller_path,
                 "_deepep_site_summaries": deepep_site_summaries}

@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.moe_infra.deepep.plugins.filter.report import (
     deepep_controller_path,
     deepep_result,
+    deepep_rollback_message,
     deepep_build_outcome,
     deepep_site_summaries,
     deepep_summary_lines,
@@ -124,3 +125,70 @@ def test_controller_path_is_taken_from_where_the_run_started(tmp_path, monkeypat
     assert deepep_controller_path("/srv/reports/../r") == "/srv/r"
     with pytest.raises(AnsibleFilterError, match="expected a path"):
         deepep_controller_path("")
+
+
+# The rollback's registered results as source_build, python_wheel and the nccl role's restore leave them.
+ROLLBACK = {"changed": True, "reason": "rolled back from %s: current points at the previous build %s again" % (
+    "ab" * 8, "cd" * 8), "rolled_back_to": "cd" * 8, "uncached": None}
+WHEEL_BACK = {"changed": True, "reason": "installed: 3 of 8 files differ or are missing (first deep_ep/__init__.py)"}
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+
+
+def test_rollback_message_says_what_failed_then_what_is_live():
+    message = deepep_rollback_message(
+        "DeepEP elastic_ep test failed: exit status 1", True, "ab" * 8, "/opt/deepep/env.sh",
+        {"/opt/deepep/env.sh": {"sha256": "00" * 32}}, ROLLBACK, [WHEEL_BACK, SKIPPED],
+        {"method": "restore", "updated": True, "version": "2.28.9", "error": None})
+    assert message == (
+        "DeepEP elastic_ep test failed: exit status 1. The new build is not live: rolled back from %s: current "
+        "points at the previous build %s again; the wheel: installed: 3 of 8 files differ or are missing (first "
+        "deep_ep/__init__.py); torch's own NCCL files are back (NCCL 2.28.9) in place of the nccl layer's; the env "
+        "script was not changed (/opt/deepep/env.sh). Fix the cause and run again: the build is made anew and tested "
+        "before it stays." % ("ab" * 8, "cd" * 8))
+
+
+def test_rollback_message_of_a_first_build_names_the_cache_entry_and_the_missing_env_script():
+    rollback = dict(ROLLBACK, reason="rolled back from %s: current removed (nothing was installed before)" % (
+        "ab" * 8), rolled_back_to=None, uncached="/tmp/deepep-cache/deepep-%s.tar.gz" % ("ab" * 8))
+    message = deepep_rollback_message(
+        "DeepEP intranode test failed: dispatch_fp8 248.97 < 100000 GB/s", "True", "ab" * 8, "/opt/deepep/env.sh",
+        {"/opt/deepep/env.sh": None}, rollback, [SKIPPED, {"reason": "removed deep_ep-1.2.1.dist-info (15 files)"}],
+        None)
+    assert message == (
+        "DeepEP intranode test failed: dispatch_fp8 248.97 < 100000 GB/s. The new build is not live: rolled back "
+        "from %s: current removed (nothing was installed before); removed from the controller cache: "
+        "/tmp/deepep-cache/deepep-%s.tar.gz; the wheel: removed deep_ep-1.2.1.dist-info (15 files); no env script "
+        "was written (/opt/deepep/env.sh). Fix the cause and run again: the build is made anew and tested before it "
+        "stays." % ("ab" * 8, "ab" * 8))
+
+
+def test_rollback_message_names_an_nccl_restore_that_failed_and_leaves_out_one_that_changed_nothing():
+    failed = {"method": "restore", "updated": False, "version": "2.30.7",
+              "error": "torch's NCCL wheel stays at 2.30.7: pip could not install nvidia-nccl-cu13==2.28.9"}
+    message = deepep_rollback_message("x failed", True, "ab" * 8, "/e.sh", {}, ROLLBACK, [], failed)
+    assert "; torch's NCCL wheel stays at 2.30.7: pip could not install nvidia-nccl-cu13==2.28.9; the env script " \
+           "was not changed (/e.sh)." in message and "files are back" not in message
+    # The nccl layer's own result from earlier in the play (not a restore) says nothing here.
+    unchanged = deepep_rollback_message("x failed", True, "ab" * 8, "/e.sh", {}, ROLLBACK, [],
+                                        {"method": "wheel", "updated": True, "version": "2.30.7"})
+    assert "NCCL" not in unchanged
+
+
+def test_rollback_message_of_a_build_live_before_the_run_says_it_stays():
+    assert deepep_rollback_message("DeepEP low_latency test failed", False, "ab" * 8, "/e.sh", {}, SKIPPED,
+                                   [SKIPPED, SKIPPED], None) == (
+        "DeepEP low_latency test failed. This build (%s) was live before this run and stays as it is. Fix the cause "
+        "and run again (deepep_verify_rerun=true runs the tests again)." % ("ab" * 8))
+    assert "This build (?) was live" in deepep_rollback_message("x", "False", None, "/e.sh", {})
+
+
+@pytest.mark.parametrize("args, match", [
+    (("", True, "f", "/e.sh", {}), "expected what failed"),
+    (("x", True, "f", "/e.sh", None), "digests: expected"),
+    (("x", True, "f", "/e.sh", {}, "rolled back"), "rollback: expected a registered result"),
+    (("x", True, "f", "/e.sh", {}, ROLLBACK, ["wheel"]), r"wheels\[0\]: expected a registered result"),
+    (("x", "maybe", "f", "/e.sh", {}), "maybe"),
+])
+def test_rollback_message_rejects_what_is_not_a_registered_result(args, match):
+    with pytest.raises((AnsibleFilterError, TypeError), match=match):
+        deepep_rollback_message(*args)
