@@ -14,7 +14,7 @@ description:
   - Runs a short probe with the given Python interpreter and reports the torch version and its CUDA build,
     the NCCL version torch loads (read from the library, not torch's compile-time number), the C(nvidia-nvshmem-cu12/cu13) and C(nvidia-nccl-cu12/cu13) wheels
     (version, directory, whether the wheel ships the IBGDA transport C(nvshmem_transport_ibgda.so.3)),
-    numpy, and whether C(deep_ep) imports from C(/) with the given C(PYTHONPATH) (a second interpreter, started
+    numpy, pip, and whether C(deep_ep) imports from C(/) with the given C(PYTHONPATH) (a second interpreter, started
     at the same time as the first).
   - An import failure that names an undefined symbol is flagged, the sign of DeepEP built against another
     torch (KF18).
@@ -108,6 +108,10 @@ nccl_wheel:
   type: dict
 numpy:
   description: numpy version; null when missing.
+  returned: always
+  type: str
+pip:
+  description: The version of the interpreter's own pip (C(python -m pip)); null when it has none.
   returned: always
   type: str
 deep_ep:

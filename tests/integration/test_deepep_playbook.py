@@ -724,3 +724,23 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0 and changed == 0, out
     assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out
+
+
+def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_wheel_stays_torchs(node):
+    # The wheel method runs the interpreter's pip; one without (a venv made without it) is named before pip runs:
+    # the wheel stays torch's, no DeepEP build is made.
+    wheels = node["tmp"] / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    nccl_wheel(wheels, (2, 30, 7))
+    python = make_pip_site(node["tmp"] / "pip-site", wheels)
+    subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "pip"], check=True)
+    v2 = dict(v2_inputs(node, deepep_jit_warmup=False), deepep_python=python, nccl_method="wheel",
+              nccl_pip_extra_args="--no-index --find-links %s" % wheels)
+    rc, changed, out = run(node, "-e", json.dumps(v2))
+    assert rc != 0, out
+    assert ("nccl: %s has no pip, which nccl_method wheel runs (the pip3 beside it) to install "
+            "nvidia-nccl-cu13==2.30.7: add it (python -m ensurepip), or set nccl_method: source." % python) in out, out
+    version = subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version == "2.28.9" and not (node["prefix"] / "deepep" / "current").exists()

@@ -105,6 +105,7 @@ def test_wheel_method_offline_then_a_source_build_undone_by_going_back_to_the_wh
     nccl_wheel(wheels, (2, 30, 7))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (venv / "bin" / "pip").unlink()  # pip3 and pip3.X only, as the GPU test machine's venv
     python = str(venv / "bin" / "python")
     offline = "--no-index --find-links %s" % wheels
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),

@@ -22,7 +22,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivilege
 PROBE = r'''
 import glob, importlib.metadata as md, importlib.util, json, os, re, sys
 out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
-       "nvshmem_wheel": None, "nccl_wheel": None, "numpy": None}
+       "nvshmem_wheel": None, "nccl_wheel": None, "numpy": None, "pip": None}
 def dist(names):
     for name in names:
         try:
@@ -67,6 +67,8 @@ if name:
     except (OSError, TypeError, ValueError, AttributeError):
         pass
 out["numpy"] = dist(["numpy"])[1]
+# The interpreter's own pip (python -m pip), which the nccl layer's wheel method runs.
+out["pip"] = dist(["pip"])[1]
 try:
     import torch
     out["torch"]["version"] = torch.__version__
@@ -398,7 +400,7 @@ def _stack_answer(module, params, probes):
 
 
 def read_stack(module, params, build_only=False):
-    """torch, NCCL, the NVSHMEM and NCCL wheels, numpy and whether deep_ep imports, as the interpreter of
+    """torch, NCCL, the NVSHMEM and NCCL wheels, numpy, pip and whether deep_ep imports, as the interpreter of
     STACK_OPTIONS' params sees them (torch_stack_info's return, with exists and cached). build_only: the import
     checks the build on params' pythonpath alone; when it names directories and none exists, none runs (importable
     null): another DeepEP the interpreter has (a hand install) is not the one a run keeps, and importing it costs
@@ -406,7 +408,7 @@ def read_stack(module, params, build_only=False):
     python = params["python"]
     if params["missing_ok"] and not os.path.lexists(python):
         return dict(exists=False, cached=False, python_version=None, torch={"version": None, "cuda": None, "nccl": None},
-                    nvshmem_wheel=None, nccl_wheel=None, numpy=None,
+                    nvshmem_wheel=None, nccl_wheel=None, numpy=None, pip=None,
                     deep_ep={"importable": False, "file": None, "error": "%s does not exist" % python,
                              "undefined_symbol": False, "nvshmem_host_loaded": None})
     run, env = _probe_runner(module, params)
