@@ -43,8 +43,8 @@ def main(build, outdir, version=None):
     installed = {}
     for file in dist.files:
         path = str(file)
-        if "__pycache__" in path or path.endswith((".dist-info/RECORD", ".dist-info/INSTALLER", ".dist-info/REQUESTED",
-                                                    ".dist-info/direct_url.json")):
+        left_out = (".dist-info/RECORD", ".dist-info/INSTALLER", ".dist-info/REQUESTED", ".dist-info/direct_url.json")
+        if "__pycache__" in path or path.endswith(left_out):
             continue
         with open(dist.locate_file(file), "rb") as handle:
             installed[path] = handle.read()
