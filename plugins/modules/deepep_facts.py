@@ -147,6 +147,22 @@ options:
           - DeepEP V2's JIT cache (C(deepep_jit_cache_dir)), whose kernels are counted, so that a warm-up that passed
             before is answered without a module run while the cache still holds what it left. Unset, not read.
         type: path
+  nccl:
+    description:
+      - Also plan the C(nccl) layer (DeepEP V2's NCCL where torch loads it; torch's own back for V1 after V2) on
+        the O(interpreter) reading, as an entry of C(layers) before DeepEP's. Unset, C(layers) has no C(nccl) entry.
+    type: dict
+    suboptions:
+      deepep_version:
+        description: The DeepEP version the run installs (C(deepep_version)).
+        type: str
+        choices: [v1, v2]
+        required: true
+      settings:
+        description: The site's C(nccl_*) variables (C(nccl_method), C(nccl_version), C(nccl_src), ...); missing ones
+          take the C(nccl) role's defaults.
+        type: dict
+        default: {}
   gather_subset:
     description:
       - What to read. V(all) reads everything and returns it as C(ansible_facts.deepep), with the layer plan and
@@ -258,7 +274,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.moe_infra.deepep.plugins.module_utils.build.build_state import read_builds
 from ansible_collections.moe_infra.deepep.plugins.module_utils.report.doctor_evidence import PREFLIGHT_OPTIONS, preflight_checks
-from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.build import nccl as nccl_plan
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import layer_plan, with_nccl
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, NODE_PARTS, read_node
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import apply_manual_mapping
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import read_stack
@@ -273,13 +290,17 @@ BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(typ
                       directories=dict(type="list", elements="path", default=[]), report_dir=dict(type="path"),
                       jit_cache=dict(type="path"))
 
+NCCL_OPTIONS = dict(deepep_version=dict(type="str", required=True, choices=["v1", "v2"]),
+                    settings=dict(type="dict", default={}))
+
 # What only a whole reading (gather_subset all) takes: they need every part.
-WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds")
+WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds", "nccl")
 
 READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
                     preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS),
                     interpreter=dict(type="dict", options=INTERPRETER_OPTIONS),
-                    builds=dict(type="dict", options=BUILDS_OPTIONS))
+                    builds=dict(type="dict", options=BUILDS_OPTIONS),
+                    nccl=dict(type="dict", options=NCCL_OPTIONS))
 
 
 def main():
@@ -322,6 +343,14 @@ def main():
             module.fail_json(msg="interpreter: python is required (the interpreter DeepEP is built with)")
         p["interpreter"] = interpreter
         node["interpreter"] = read_stack(module, dict(interpreter, environment={}, missing_ok=True), build_only=True)
+    if p["nccl"] is not None:
+        settings = dict(nccl_plan.DEFAULTS, **dict((key, value) for key, value in p["nccl"]["settings"].items()
+                                                  if key in nccl_plan.DEFAULTS and value is not None))
+        if settings["nccl_method"] not in nccl_plan.METHODS:
+            module.fail_json(msg="nccl: nccl_method %r is not accepted; accepted: %s" % (
+                settings["nccl_method"], ", ".join(nccl_plan.METHODS)))
+        node["layers"] = with_nccl(node["layers"], node.get("interpreter"), p["nccl"]["deepep_version"],
+                                   settings["nccl_method"], nccl_plan.planned_version(settings))
     if p["builds"] is not None:
         builds = dict((name, spec.get("default")) for name, spec in BUILDS_OPTIONS.items())
         builds.update(p["builds"])

@@ -354,6 +354,12 @@ def test_site_reads_the_given_interpreter_before_any_layer(tmp_path, version, to
     assert "Read the node and the build interpreter" not in out
     if refused is None:
         assert rc == 0 and "PLAY [System layers" in out, out
+        # The nccl layer's line of the per-layer report, on that reading (before DeepEP's).
+        lines = re.sub(r"\s+", " ", out).replace("''", "'")  # YAML's quoting of the report's lines
+        assert re.search(r"nccl (ok|change) torch loads NCCL 2\.28\.9; nvidia-nccl-cu13 2\.28\.9 -- %s" % re.escape(
+            "nothing: DeepEP V1 uses torch's own NCCL" if version == "v1" else
+            "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL"), lines), out
+        assert lines.index(" nccl ") < lines.index(" deepep change ")
         return
     assert rc == 2, out
     assert "localhost: deepep_python: '%s' is not accepted %s; accepted: an interpreter" % (python, refused) in out

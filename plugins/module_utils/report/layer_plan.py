@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
-LAYERS = ("doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "deepep")
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import V2_MIN_NCCL
+
+LAYERS = ("doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep")
 
 # ok: nothing to do; change: the layer would change the node; reboot: it would change it and need a
 # reboot; skip: does not apply here; blocked: cannot run until something missing is there.
@@ -88,6 +90,63 @@ def plan_build_layers(gpu, rdma, topology):
         _entry("nvshmem_ibgda", "change", transport, "provide NVSHMEM with IBGDA for arch %s" % arch),
         _entry("deepep", "change", gpus, "build DeepEP with TORCH_CUDA_ARCH_LIST=%s, then test" % arch),
     ]
+
+
+def _version_tuple(version):
+    try:
+        return tuple(int(part) for part in str(version).split("."))
+    except ValueError:
+        return None
+
+
+def plan_nccl(interpreter, deepep_version, method, version):
+    """The nccl layer (roles/nccl) on the interpreter's reading (None: not read): V1 gets torch's own NCCL back where
+    a V2 run changed it; V2 gets NCCL >= 2.30.4 where torch loads it, by method (wheel, source, none) at version (the
+    one that method provides; None for none)."""
+    minimum = ".".join(str(part) for part in V2_MIN_NCCL)
+    if interpreter is None:
+        if deepep_version != "v2":
+            return _entry("nccl", "skip", "interpreter not read", "nothing known to undo: DeepEP V1 uses torch's "
+                          "own NCCL (a V2 run's change is read with the interpreter, deepep_python)")
+        return _entry("nccl", "change", "interpreter not read",
+                      "unknown: provide NCCL %s for DeepEP V2 (nccl_method %s); give deepep_python to have it read"
+                      % (version or ">= %s" % minimum, method))
+    wheel = interpreter.get("nccl_wheel") or {}
+    loaded = (interpreter.get("torch") or {}).get("nccl")
+    replaced, upgraded_from = wheel.get("replaced_by"), wheel.get("upgraded_from")
+    found = "torch loads NCCL %s%s" % (loaded or "?", "; %s %s%s" % (
+        wheel["package"], wheel.get("version"), ", files replaced by the build of NCCL %s" % replaced.get("version")
+        if replaced else ", upgraded from %s" % upgraded_from if upgraded_from else "") if wheel else "; no NCCL wheel")
+    if deepep_version != "v2":
+        if replaced:
+            return _entry("nccl", "change", found, "put the wheel's own NCCL files back (DeepEP V1 after V2)")
+        if upgraded_from:
+            return _entry("nccl", "change", found, "pip-install %s==%s again, the version torch came with (DeepEP "
+                          "V1 after V2)" % (wheel["package"], upgraded_from))
+        return _entry("nccl", "ok", found, "nothing: DeepEP V1 uses torch's own NCCL")
+    at_least = _version_tuple(loaded) is not None and _version_tuple(loaded) >= V2_MIN_NCCL
+    if method == "none":
+        if at_least:
+            return _entry("nccl", "ok", found, "nothing: nccl_method none, and torch's NCCL is >= %s" % minimum)
+        return _entry("nccl", "blocked", found, "DeepEP V2 needs NCCL >= %s where torch loads it: set nccl_method "
+                      "wheel or source" % minimum)
+    if method == "wheel":
+        if wheel and not replaced and wheel.get("version") == version and loaded == version:
+            return _entry("nccl", "ok", found, "nothing: the wheel is NCCL %s" % version)
+        return _entry("nccl", "change", found, "%spip-install %s==%s where torch loads NCCL (the version before kept "
+                      "for DeepEP V1)" % ("put the wheel's own files back, then " if replaced else "",
+                                          wheel.get("package") or "the nvidia-nccl wheel", version))
+    if replaced and replaced.get("version") == version and loaded == version:
+        return _entry("nccl", "ok", found, "nothing: NCCL %s built from source is where torch loads it" % version)
+    return _entry("nccl", "change", found, "build NCCL %s from source for the GPUs' archs and put it in place of the "
+                  "wheel's files (kept for DeepEP V1)" % (version or "(the source's version)"))
+
+
+def with_nccl(plan, interpreter, deepep_version, method, version):
+    """The plan with the nccl layer's entry before DeepEP's."""
+    entry = plan_nccl(interpreter, deepep_version, method, version)
+    at = next((index for index, item in enumerate(plan) if item["layer"] == "deepep"), len(plan))
+    return plan[:at] + [entry] + plan[at:]
 
 
 def layer_plan(node, cuda_version=""):

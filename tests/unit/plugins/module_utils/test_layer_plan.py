@@ -2,7 +2,7 @@
 """The cuda layer's plan reads the pin: a toolkit of another release is a change, not ok."""
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import plan_cuda
+from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan import plan_cuda, plan_nccl, with_nccl
 
 FOUND_13 = {"found": True, "release": "13.0", "cuda_home": "/usr/local/cuda-13.0"}
 
@@ -25,3 +25,55 @@ def test_without_a_pin_a_toolkit_is_not_called_ok():
 def test_no_toolkit():
     entry = plan_cuda({"found": False}, "12.9")
     assert entry["status"] == "change" and entry["action"].startswith("install CUDA 12.9")
+
+
+def reading(loaded, wheel_version="2.28.9", replaced_by=None, upgraded_from=None):
+    """The interpreter's reading (torch_stack_info's shape) of torch 2.11's venv."""
+    return {"torch": {"version": "2.11.0+cu130", "nccl": loaded},
+            "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": wheel_version, "dir": "/venv/nvidia/nccl",
+                           "replaced_by": replaced_by, "upgraded_from": upgraded_from}}
+
+
+def test_nccl_for_v1_is_torchs_own_and_a_v2_runs_change_is_undone():
+    entry = plan_nccl(reading("2.28.9"), "v1", "wheel", "2.30.7")
+    assert (entry["status"], entry["action"]) == ("ok", "nothing: DeepEP V1 uses torch's own NCCL")
+    assert entry["found"] == "torch loads NCCL 2.28.9; nvidia-nccl-cu13 2.28.9"
+    upgraded = plan_nccl(reading("2.30.7", "2.30.7", upgraded_from="2.28.9"), "v1", "wheel", "2.30.7")
+    assert upgraded["status"] == "change" and upgraded["found"].endswith("nvidia-nccl-cu13 2.30.7, upgraded from 2.28.9")
+    assert upgraded["action"] == ("pip-install nvidia-nccl-cu13==2.28.9 again, the version torch came with (DeepEP "
+                                  "V1 after V2)")
+    built = plan_nccl(reading("2.30.7", replaced_by={"version": "2.30.7", "build_dir": "/opt/deepep/nccl/x"}), "v1",
+                      "source", "2.30.7")
+    assert built["status"] == "change" and built["action"] == ("put the wheel's own NCCL files back (DeepEP V1 after "
+                                                               "V2)")
+
+
+def test_nccl_for_v2_by_method():
+    assert plan_nccl(reading("2.28.9"), "v2", "wheel", "2.30.7")["action"] == (
+        "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for DeepEP V1)")
+    assert plan_nccl(reading("2.30.7", "2.30.7", upgraded_from="2.28.9"), "v2", "wheel", "2.30.7")["status"] == "ok"
+    # The wheel at the pin but a source build in its place: its files back first.
+    swapped = plan_nccl(reading("2.30.7", "2.30.7", replaced_by={"version": "2.30.7"}), "v2", "wheel", "2.30.7")
+    assert swapped["status"] == "change" and swapped["action"].startswith("put the wheel's own files back, then pip")
+    source = plan_nccl(reading("2.28.9"), "v2", "source", "2.30.7")
+    assert source["status"] == "change" and source["action"].startswith("build NCCL 2.30.7 from source")
+    assert plan_nccl(reading("2.30.7", replaced_by={"version": "2.30.7"}), "v2", "source", "2.30.7")["status"] == "ok"
+    assert plan_nccl(reading("2.30.7", replaced_by={"version": "2.30.4"}), "v2", "source", "2.30.7")["status"] == \
+        "change"
+    assert plan_nccl(reading("2.30.5", "2.30.5"), "v2", "none", None)["status"] == "ok"
+    old = plan_nccl(reading("2.28.9"), "v2", "none", None)
+    assert old["status"] == "blocked" and "NCCL >= 2.30.4" in old["action"]
+
+
+def test_nccl_without_the_interpreters_reading():
+    assert plan_nccl(None, "v1", "wheel", "2.30.7")["status"] == "skip"
+    unknown = plan_nccl(None, "v2", "wheel", "2.30.7")
+    assert unknown["status"] == "change" and unknown["action"].startswith("unknown: provide NCCL 2.30.7")
+    no_wheel = plan_nccl({"torch": {"nccl": None}, "nccl_wheel": None}, "v2", "wheel", "2.30.7")
+    assert no_wheel["found"] == "torch loads NCCL ?; no NCCL wheel" and no_wheel["status"] == "change"
+
+
+def test_the_nccl_entry_goes_before_deepeps():
+    plan = [{"layer": name} for name in ("gdrcopy", "nvshmem_ibgda", "deepep")]
+    assert [entry["layer"] for entry in with_nccl(plan, None, "v1", "wheel", "2.30.7")] == [
+        "gdrcopy", "nvshmem_ibgda", "nccl", "deepep"]

@@ -37,7 +37,8 @@ def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_modu
         "sysfs_root": str(tmp_path), "procfs_root": str(tmp_path / "proc"), "modprobe_dir": "/etc/modprobe.d",
         "include_dirs": [str(tmp_path / "include")], "cuda_home": "/usr/local/cuda", "nvidia_smi": "nvidia-smi",
         "hca_include": [], "hca_exclude": [], "link_layer": "auto", "registry_dwords": {}, "module_params": {},
-        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None, "interpreter": None, "builds": None}
+        "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None, "interpreter": None, "builds": None,
+        "nccl": None}
     assert "checks" not in facts and "interpreter" not in facts and "builds" not in facts  # only when asked for
 
 
@@ -295,7 +296,7 @@ def test_a_subset_is_read_alone_and_returned_not_as_facts(run_module, tmp_path):
     assert part["deepep"]["gpu"]["gpu_count"] == 8
     assert part["deepep"]["read_from"] == dict(
         (name, value) for name, value in facts["read_from"].items()
-        if name not in ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds"))
+        if name not in ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds", "nccl"))
 
 
 def test_a_subset_refuses_what_needs_the_whole_node(run_module, tmp_path):
@@ -344,3 +345,25 @@ def test_wait_for_active_reads_the_hcas_again_until_their_links_are_up(run_modul
     result, failed = gather(run_module, tmp_path, gather_subset=["rdma"], include_dirs=[])
     assert not failed and "waited_seconds" not in result["deepep"]["rdma"]  # read once, as the facts read it
     assert result["deepep"]["rdma"]["hcas"][1]["ports"][0]["state"] == "DOWN"
+
+
+def test_the_nccl_layer_is_planned_on_the_interpreters_reading(run_module, tmp_path):
+    machines.h200_no_nics(tmp_path)
+    python = make_python_site(tmp_path / "site", nccl_runtime=(2, 28, 9))
+    asked = {"python": python, "pythonpath": [], "cache_dir": "", "run_as": ""}
+    result, failed = gather(run_module, tmp_path, interpreter=asked,
+                            nccl={"deepep_version": "v2", "settings": {"nccl_version": "2.30.7", "other": 1}})
+    assert not failed, result
+    layers = result["ansible_facts"]["deepep"]["layers"]
+    assert [entry["layer"] for entry in layers][-2:] == ["nccl", "deepep"]
+    assert layers[-2]["status"] == "change" and layers[-2]["found"].startswith("torch loads NCCL 2.28.9")
+    assert layers[-2]["action"].startswith("pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL")
+    # Another method from the site's variables; one the layer does not have is refused.
+    source, failed = gather(run_module, tmp_path, interpreter=asked,
+                            nccl={"deepep_version": "v2", "settings": {"nccl_method": "source"}})
+    assert not failed and source["ansible_facts"]["deepep"]["layers"][-2]["action"].startswith(
+        "build NCCL 2.30.7 from source"), source
+    refused, failed = gather(run_module, tmp_path, nccl={"deepep_version": "v2", "settings": {"nccl_method": "git"}})
+    assert failed and refused["msg"] == "nccl: nccl_method 'git' is not accepted; accepted: wheel, source, none"
+    plain, failed = gather(run_module, tmp_path)
+    assert not failed and "nccl" not in [entry["layer"] for entry in plain["ansible_facts"]["deepep"]["layers"]]
