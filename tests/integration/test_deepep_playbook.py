@@ -744,3 +744,20 @@ def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_w
     version = subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert version == "2.28.9" and not (node["prefix"] / "deepep" / "current").exists()
+
+
+@pytest.mark.parametrize("nccl_method", ["wheel", "source"])
+def test_v2_with_the_role_owned_venv_in_check_mode_says_what_it_would_do_and_writes_nothing(node, nccl_method):
+    # The deepep role's venv does not exist before a real run creates it: --check says what each layer would do
+    # with it instead of failing on the missing interpreter, and changes nothing.
+    index = make_wheel_index(node["tmp"] / "index")
+    variables = dict(v2_inputs(node), deepep_python="", deepep_venv=str(node["prefix"] / "venv"),
+                     deepep_torch_version="2.11.0+cu130", deepep_torch_index_url=index,
+                     deepep_pip_extra_args="--index-url %s" % index, nccl_method=nccl_method)
+    rc, changed, out = run(node, "-e", json.dumps(variables), "--check")
+    assert rc == 0, out
+    assert "the deepep role creates %s" % (node["prefix"] / "venv") in out
+    assert ("check mode: %s does not exist yet; NCCL 2.30.7 (nccl_method %s) is provided where its torch loads NCCL "
+            "once it does" % (node["prefix"] / "venv" / "bin" / "python", nccl_method)) in re.sub(r"\s+", " ", out), out
+    assert not (node["prefix"] / "venv").exists() and not (node["prefix"] / "nccl").exists()
+    assert not (node["prefix"] / "deepep").exists()
