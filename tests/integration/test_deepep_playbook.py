@@ -651,17 +651,27 @@ def test_v2_that_fails_its_tests_on_a_v1_node_leaves_v1_with_torchs_own_nccl(nod
     assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out
 
 
+def v2_from_the_nccl_wheel(node, **more):
+    """V2 on fixtures with nccl_method wheel: an interpreter whose pip manages its NCCL wheel (a real venv, pip3 and
+    no bin/pip as on the GPU machine) at torch 2.11's 2.28.9, the fixture wheels 2.28.9 and 2.30.7 in a local
+    directory (an air-gapped site's mirror). Returns (the V2 variables, the interpreter, the wheel directory)."""
+    wheels = node["tmp"] / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    nccl_wheel(wheels, (2, 30, 7))
+    python = make_pip_site(node["tmp"] / "pip-site", wheels)
+    v2 = dict(v2_inputs(node, deepep_jit_warmup=False), deepep_python=python, nccl_method="wheel",
+              nccl_pip_extra_args="--no-index --find-links %s" % wheels, **more)
+    return v2, python, wheels
+
+
 def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again(node):
     # nccl_method wheel (the default) on an interpreter whose pip manages its NCCL wheel (a real venv, fixture
     # wheels 2.28.9 and 2.30.7 in a local directory, as an air-gapped site's mirror). A node running V1 asked for
     # V2 whose tests fail: V1 live again and pip puts torch's 2.28.9 back. A mirror without 2.28.9: said, and put
     # back by the next run that has it. V2 that passes upgrades the wheel, and V1 after it installs 2.28.9 again.
     # Then nothing to do.
-    wheels = node["tmp"] / "wheels"
-    wheels.mkdir()
-    nccl_wheel(wheels, (2, 28, 9))
-    nccl_wheel(wheels, (2, 30, 7))
-    python = make_pip_site(node["tmp"] / "pip-site", wheels)
+    v2, python, wheels = v2_from_the_nccl_wheel(node)
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
 
@@ -674,8 +684,6 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
                                "ctypes.byref(v)); print(v.value)" % str(nccl_dir / "lib" / "libnccl.so.2")],
                               capture_output=True, text=True, check=True).stdout.strip()
 
-    v2 = dict(v2_inputs(node, deepep_jit_warmup=False), deepep_python=python, nccl_method="wheel",
-              nccl_pip_extra_args="--no-index --find-links %s" % wheels)
     failing_v2 = dict(v2, deepep_gin="enabled", deepep_verify_num_processes=2)
     v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
           "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
@@ -729,14 +737,8 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
 def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_wheel_stays_torchs(node):
     # The wheel method runs the interpreter's pip; one without (a venv made without it) is named before pip runs:
     # the wheel stays torch's, no DeepEP build is made.
-    wheels = node["tmp"] / "wheels"
-    wheels.mkdir()
-    nccl_wheel(wheels, (2, 28, 9))
-    nccl_wheel(wheels, (2, 30, 7))
-    python = make_pip_site(node["tmp"] / "pip-site", wheels)
+    v2, python, _wheels = v2_from_the_nccl_wheel(node)
     subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "pip"], check=True)
-    v2 = dict(v2_inputs(node, deepep_jit_warmup=False), deepep_python=python, nccl_method="wheel",
-              nccl_pip_extra_args="--no-index --find-links %s" % wheels)
     rc, changed, out = run(node, "-e", json.dumps(v2))
     assert rc != 0, out
     assert ("nccl: %s has no pip, which nccl_method wheel runs (the pip3 beside it) to install "
