@@ -344,9 +344,7 @@ def main():
         p["interpreter"] = interpreter
         node["interpreter"] = read_stack(module, dict(interpreter, environment={}, missing_ok=True), build_only=True)
     if p["nccl"] is not None:
-        given = p["nccl"]["settings"]
-        settings = dict(nccl_plan.DEFAULTS)
-        settings.update((key, value) for key, value in given.items() if key in nccl_plan.DEFAULTS and value is not None)
+        settings = nccl_plan.with_defaults(p["nccl"]["settings"])
         if settings["nccl_method"] not in nccl_plan.METHODS:
             module.fail_json(msg="nccl: nccl_method %r is not accepted; accepted: %s" % (
                 settings["nccl_method"], ", ".join(nccl_plan.METHODS)))

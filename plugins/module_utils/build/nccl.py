@@ -38,12 +38,19 @@ def source_version(text):
     return "%s.%s.%s" % match.group(1, 2, 3) if match else None
 
 
+def with_defaults(settings):
+    """The nccl_* variables the layer reads, from a site's (others left out, missing or null ones the role's
+    defaults)."""
+    values = dict(DEFAULTS)
+    values.update({key: value for key, value in (settings or {}).items() if key in DEFAULTS and value is not None})
+    return values
+
+
 def planned_version(settings):
     """The NCCL version the nccl layer provides with these nccl_* variables (missing ones take the role's
     defaults): nccl_version for the wheel, the source's version for a build; None for nccl_method none (the
     interpreter's NCCL as it is) or a source whose version cannot be told (the layer itself refuses it)."""
-    values = dict(DEFAULTS)
-    values.update({key: value for key, value in (settings or {}).items() if key in DEFAULTS and value is not None})
+    values = with_defaults(settings)
     method = values["nccl_method"]
     if method == "wheel":
         return source_version(values["nccl_version"])

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import V2_MIN_NCCL
+from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat import V2_MIN_NCCL, version_tuple
 
 LAYERS = ("doca_ofed", "cuda", "nvidia_peermapping", "gdrcopy", "nvshmem_ibgda", "nccl", "deepep")
 
@@ -92,13 +92,6 @@ def plan_build_layers(gpu, rdma, topology):
     ]
 
 
-def _version_tuple(version):
-    try:
-        return tuple(int(part) for part in str(version).split("."))
-    except ValueError:
-        return None
-
-
 def plan_nccl(interpreter, deepep_version, method, version):
     """The nccl layer (roles/nccl) on the interpreter's reading (None: not read): V1 gets torch's own NCCL back where
     a V2 run changed it; V2 gets NCCL >= 2.30.4 where torch loads it, by method (wheel, source, none) at version (the
@@ -124,7 +117,7 @@ def plan_nccl(interpreter, deepep_version, method, version):
             return _entry("nccl", "change", found, "pip-install %s==%s again, the version torch came with (DeepEP "
                           "V1 after V2)" % (wheel["package"], upgraded_from))
         return _entry("nccl", "ok", found, "nothing: DeepEP V1 uses torch's own NCCL")
-    at_least = _version_tuple(loaded) is not None and _version_tuple(loaded) >= V2_MIN_NCCL
+    at_least = (version_tuple(loaded) or ()) >= V2_MIN_NCCL
     if method == "none":
         if at_least:
             return _entry("nccl", "ok", found, "nothing: nccl_method none, and torch's NCCL is >= %s" % minimum)
