@@ -22,11 +22,16 @@ description:
     upgrade reinstalls its NCCL wheel) are backed up anew before they are replaced.
   - V(absent) puts the wheel's original files back when the files in place are still the build's, and forgets the
     record either way; that is what a later C(deepep_version=v1) run or a rollback needs.
-  - V(upgraded) records that the nccl layer's wheel method upgraded the interpreter's C(nvidia-nccl-cu12/cu13) wheel
-    from O(version_before) to O(version) (C(.moe_infra_nccl_wheel.json) in the wheel's directory), so that a later
-    DeepEP V1 run or a rollback installs O(version_before) again. The record keeps the first version it was
-    upgraded from; it is removed when O(version_before) is O(version). V(absent) removes a record that no longer
-    matches the installed wheel (pip put another version there since, the rollback's pip for one).
+  - V(upgraded) is the nccl layer's wheel method: the interpreter's O(package) wheel at O(version), installed with
+    the interpreter's own pip (C(python -m pip install --no-deps), O(pip_extra_args) after, tried again
+    O(pip_retries) times). The version it upgrades from is recorded first (C(.moe_infra_nccl_wheel.json) in the
+    wheel's directory), so that a run stopped while pip ran still leaves a later DeepEP V1 run or a rollback the
+    version to install again. The record keeps the first version the wheel was upgraded from. A pip that fails and
+    leaves the wheel as it was leaves the record as it was too.
+  - V(absent) removes a wheel upgrade record that no longer matches the installed wheel (pip put another version
+    there since). With O(reinstall_wheel), a record that still matches is undone: the version it was upgraded from
+    is installed again with the interpreter's pip, then the record is forgotten; a pip that cannot install it
+    fails the task and keeps the record for the next run.
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
 author:
@@ -56,13 +61,32 @@ options:
         own user loads it.
     type: str
     default: ""
-  version_before:
-    description: The wheel's version before the wheel method upgraded it (C(2.28.9)). Required with
-      O(state=upgraded), where O(version) is the version installed now.
+  package:
+    description: The NCCL wheel torch loads (C(nvidia-nccl-cu13) for a CUDA 13 torch). Required with
+      O(state=upgraded).
     type: str
+  pip_extra_args:
+    description: More arguments for pip, split as a shell would split them but never run by one (C(--no-index
+      --find-links /srv/wheels) for an air-gapped site's mirror, C(--index-url URL)).
+    type: str
+    default: ""
+  pip_retries:
+    description: How many more times a pip that failed is run, O(pip_retry_delay) seconds apart (an index that
+      answered 503).
+    type: int
+    default: 3
+  pip_retry_delay:
+    description: Seconds between pip's tries.
+    type: int
+    default: 10
+  reinstall_wheel:
+    description: With O(state=absent), install the version a wheel upgrade record says the wheel was upgraded from
+      again (the interpreter's pip), then forget the record.
+    type: bool
+    default: false
   state:
-    description: V(present) puts the build in place; V(absent) puts the originals back; V(upgraded) records a
-      wheel upgrade.
+    description: V(present) puts the build in place; V(absent) puts the originals back; V(upgraded) installs the
+      wheel at O(version) and records the version it upgraded from.
     type: str
     choices: [present, absent, upgraded]
     default: present
@@ -90,13 +114,21 @@ EXAMPLES = r"""
     version: 2.30.7
     backup_dir: /opt/deepep/nccl/replaced
 
-- name: Say that pip upgraded the wheel from 2.28.9, for a later V1 run to install it again
+- name: The NCCL wheel at 2.30.7 from a local mirror, the version before recorded for a later V1 run
   moe_infra.deepep.nccl_runtime:
     python: /opt/deepep/venv/bin/python
+    package: nvidia-nccl-cu13
     version: 2.30.7
-    version_before: 2.28.9
+    pip_extra_args: --no-index --find-links /srv/wheels
     backup_dir: /opt/deepep/nccl/replaced
     state: upgraded
+
+- name: Torch's own NCCL wheel again (a V2 run upgraded it)
+  moe_infra.deepep.nccl_runtime:
+    python: /opt/deepep/venv/bin/python
+    backup_dir: /opt/deepep/nccl/replaced
+    reinstall_wheel: true
+    state: absent
 
 - name: Put the wheel's NCCL back
   moe_infra.deepep.nccl_runtime:
@@ -112,8 +144,9 @@ nccl_dir:
   type: str
   sample: /opt/deepep/venv/lib/python3.12/site-packages/nvidia/nccl
 action:
-  description: C(none), C(installed) (the build put in place), C(restored) (the originals put back) or
-    C(forgotten) (V(absent) found files pip put back since; only the record was removed).
+  description: C(none), C(installed) (the build put in place), C(restored) (the originals put back),
+    C(forgotten) (V(absent) found files pip put back since; only the record was removed), C(upgraded) (pip
+    installed the wheel at O(version)) or C(reinstalled) (pip installed the version the wheel was upgraded from).
   returned: always
   type: str
 loaded_version:
@@ -138,8 +171,10 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -159,6 +194,10 @@ WHEEL_VERSION = ("import importlib.metadata as md, json\n"
                  "    except md.PackageNotFoundError:\n"
                  "        pass\n"
                  "print(json.dumps(found))\n")
+VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
+PACKAGE = re.compile(r"^nvidia-nccl-cu[0-9]+$")
+FIX_PIP = ("make it reachable (nccl_pip_extra_args: an index, or --find-links to a directory with it) and run "
+           "again")
 VERSION_CHECK = ("import ctypes, sys\n"
                  "code = ctypes.c_int()\n"
                  "ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(code))\n"
@@ -340,7 +379,8 @@ class NcclRuntime(object):
         return result
 
     def forget_wheel_upgrade(self, result):
-        """The upgrade record goes once the wheel installed is no longer the version it says pip put there."""
+        """The upgrade record goes once the wheel installed is no longer the version it says pip put there; with
+        reinstall_wheel, a record that still matches is undone first (pip installs the version before again)."""
         nccl_dir = result["nccl_dir"]
         record = self.read_record(nccl_dir, WHEEL_RECORD)
         if record is None:
@@ -348,38 +388,98 @@ class NcclRuntime(object):
         dummy, installed = self.installed_wheel()
         if installed == record.get("version"):
             result["wheel_upgrade"] = record
-            return result
+            if not self.params["reinstall_wheel"]:
+                return result
+            package, before = record.get("package"), record.get("version_before")
+            if not PACKAGE.match(str(package)) or not VERSION.match(str(before)):  # only a version reaches pip
+                self.module.fail_json(msg="%s: the wheel upgrade record names no package and version to install "
+                                          "again (%r); remove it" % (os.path.join(nccl_dir, WHEEL_RECORD), record),
+                                      **result)
+            result.update(changed=True, action="reinstalled")
+            if self.module.check_mode:
+                return result
+            self.require_pip("%s==%s" % (package, before))
+            error = self.pip_install("%s==%s" % (package, before))
+            now = self.installed_wheel()[1]
+            if now != before:
+                result["changed"] = now != installed  # pip left the wheel as it was: nothing changed
+                self.module.fail_json(msg="torch's NCCL wheel stays at %s (the nccl layer's wheel method installed it "
+                                          "for DeepEP V2): pip could not install %s==%s, the version torch came with; "
+                                          "%s. pip: %s" % (installed, package, before, FIX_PIP, error), **result)
+            result["wheel_upgrade"] = None
         result["changed"] = True
         if not self.module.check_mode:
             os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
             result["loaded_version"] = self.loaded_version(os.path.join(nccl_dir, LIB))[0]
         return result
 
+    def require_pip(self, requirement):
+        rc, dummy, err = self.module.run_command([self.params["python"], "-m", "pip", "--version"], cwd="/")
+        if rc != 0:
+            self.module.fail_json(msg="nccl: %s has no pip, which nccl_method wheel runs (python -m pip) to install "
+                                      "%s: add it (python -m ensurepip), or set nccl_method: source."
+                                  % (self.params["python"], requirement))
+
+    def pip_install(self, requirement):
+        """The interpreter's own pip installs requirement, tried again as the network steps are. Returns what to say
+        should the installed version not be the one asked for (the caller reads it to decide): pip's last error
+        line when every try failed."""
+        argv = ([self.params["python"], "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
+                 "--no-input"] + shlex.split(self.params["pip_extra_args"]) + [requirement])
+        error = None
+        for attempt in range(max(self.params["pip_retries"], 0) + 1):
+            if attempt:
+                time.sleep(max(self.params["pip_retry_delay"], 0))
+            rc, out, err = self.module.run_command(argv, cwd="/")
+            if rc == 0:
+                return "it exited 0 and the interpreter's NCCL wheel is not the version asked for"
+            error = ((err or out).strip().splitlines() or ["exit %d" % rc])[-1]
+        return error
+
     def upgraded(self, result):
         nccl_dir = result["nccl_dir"]
-        version, before = self.params["version"], self.params["version_before"]
-        for name, value in (("version", version), ("version_before", before)):
-            if not re.match(r"^[0-9]+(\.[0-9]+){1,3}$", value):
-                self.module.fail_json(msg="%s: %r is not a version (2.28.9)" % (name, value), **result)
-        package, installed = self.installed_wheel()
-        if installed != version:
-            self.module.fail_json(msg="the interpreter's NCCL wheel is %s, not %s: record the upgrade after pip "
-                                      "installed %s" % (installed, version, version), **result)
+        package, version = self.params["package"], self.params["version"]
+        if not VERSION.match(version):
+            self.module.fail_json(msg="version: %r is not a version (2.30.7)" % version, **result)
+        if not PACKAGE.match(package):
+            self.module.fail_json(msg="package: %r is not an NCCL wheel (nvidia-nccl-cu13)" % package, **result)
+        dummy, installed = self.installed_wheel()
         record = self.read_record(nccl_dir, WHEEL_RECORD)
-        if record and record.get("package") == package and record.get("version") == before:
+        before = installed
+        if record and record.get("package") == package and record.get("version") == installed:
             before = record.get("version_before")  # upgraded again: the first version is the one to go back to
-        want = None if before == version else dict(package=package, version=version, version_before=before)
+        want = None if before == version or not VERSION.match(str(before)) else dict(
+            package=package, version=version, version_before=before)
         result["wheel_upgrade"] = want
-        if record == want:
+        if installed == version and record == want:
             return result
         result["changed"] = True
+        if installed != version:
+            result["action"] = "upgraded"
+            self.require_pip("%s==%s" % (package, version))
         if self.module.check_mode:
             return result
-        if want:
-            self.write_record(nccl_dir, want, WHEEL_RECORD)
-        else:
-            os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
+        if record != want:  # before pip: a run stopped while pip ran leaves the version to go back to
+            self.write_wheel_record(nccl_dir, want)
+        if installed == version:
+            return result
+        error = self.pip_install("%s==%s" % (package, version))
+        now = self.installed_wheel()[1]
+        if now != version:
+            if now == installed:  # pip left the wheel as it was: so is the record, nothing changed
+                self.write_wheel_record(nccl_dir, record)
+                result["changed"] = False
+            self.module.fail_json(msg="nccl: pip could not install %s==%s into %s; torch's NCCL wheel stays at %s: %s, "
+                                      "or set nccl_method: source. pip: %s"
+                                  % (package, version, self.params["python"], now, FIX_PIP, error), **result)
+        result["loaded_version"] = self.loaded_version(os.path.join(nccl_dir, LIB))[0]
         return result
+
+    def write_wheel_record(self, nccl_dir, record):
+        if record:
+            self.write_record(nccl_dir, record, WHEEL_RECORD)
+        elif os.path.exists(os.path.join(nccl_dir, WHEEL_RECORD)):
+            os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
 
     def run(self):
         result = dict(changed=False, action="none", nccl_dir=self.nccl_dir(), loaded_version=None, backup=None,
@@ -400,13 +500,17 @@ def main():
             python=dict(type="path", required=True),
             build_dir=dict(type="path"),
             version=dict(type="str"),
-            version_before=dict(type="str"),
+            package=dict(type="str"),
+            pip_extra_args=dict(type="str", default=""),
+            pip_retries=dict(type="int", default=3),
+            pip_retry_delay=dict(type="int", default=10),
+            reinstall_wheel=dict(type="bool", default=False),
             backup_dir=dict(type="path", required=True),
             state=dict(type="str", default="present", choices=["present", "absent", "upgraded"]),
             check_user=dict(type="str", default=""),
         ),
         required_if=[("state", "present", ("build_dir", "version")),
-                     ("state", "upgraded", ("version", "version_before"))],
+                     ("state", "upgraded", ("package", "version"))],
         supports_check_mode=True,
     )
     if not os.path.isfile(module.params["python"]) or not os.access(module.params["python"], os.X_OK):

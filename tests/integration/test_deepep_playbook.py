@@ -652,8 +652,8 @@ def test_v2_that_fails_its_tests_on_a_v1_node_leaves_v1_with_torchs_own_nccl(nod
 
 
 def v2_from_the_nccl_wheel(node, **more):
-    """V2 on fixtures with nccl_method wheel: an interpreter whose pip manages its NCCL wheel (a real venv, pip3 and
-    no bin/pip as on the GPU machine) at torch 2.11's 2.28.9, the fixture wheels 2.28.9 and 2.30.7 in a local
+    """V2 on fixtures with nccl_method wheel: an interpreter whose pip manages its NCCL wheel (a real venv without
+    bin/pip, as on the GPU machine) at torch 2.11's 2.28.9, the fixture wheels 2.28.9 and 2.30.7 in a local
     directory (an air-gapped site's mirror). Returns (the V2 variables, the interpreter, the wheel directory)."""
     wheels = node["tmp"] / "wheels"
     wheels.mkdir()
@@ -741,7 +741,7 @@ def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_w
     subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "pip"], check=True)
     rc, changed, out = run(node, "-e", json.dumps(v2))
     assert rc != 0, out
-    assert ("nccl: %s has no pip, which nccl_method wheel runs (the pip3 beside it) to install "
+    assert ("nccl: %s has no pip, which nccl_method wheel runs (python -m pip) to install "
             "nvidia-nccl-cu13==2.30.7: add it (python -m ensurepip), or set nccl_method: source." % python) in out, out
     version = subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
                              capture_output=True, text=True, check=True).stdout.strip()

@@ -4,11 +4,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import nccl_runtime as module
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import build_nccl_stub, make_python_site
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (
+    build_nccl_stub,
+    make_pip_site,
+    make_python_site,
+    nccl_wheel,
+)
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc for the libnccl stand-ins")
 
@@ -91,66 +98,153 @@ def test_files_pip_put_back_are_kept_anew_and_never_restored_over(run_module, si
     assert (nccl_dir / "lib" / "libnccl.so.2").read_bytes() == upgraded
 
 
-def pip_installs(nccl_dir, version):
-    """What pip leaves after installing nvidia-nccl-cu13==version (a fixture): one dist-info of that version, the
-    wheel's library answering it."""
-    site = nccl_dir.parent.parent
-    for old in site.glob("nvidia_nccl_cu13-*.dist-info"):
-        shutil.rmtree(str(old))
-    info = site / ("nvidia_nccl_cu13-%s.dist-info" % version)
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu13\nVersion: %s\n" % version)
-    build_nccl_stub(str(nccl_dir / "lib" / "libnccl.so.2"), tuple(int(part) for part in version.split(".")))
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """The fixture NCCL wheels 2.28.9 (torch 2.11's), 2.30.4 and 2.30.7 in a local directory (a site's mirror)."""
+    directory = tmp_path_factory.mktemp("wheels")
+    for version in ((2, 28, 9), (2, 30, 4), (2, 30, 7)):
+        nccl_wheel(directory, version)
+    return directory
 
 
-def test_a_wheel_upgrade_is_recorded_from_its_first_version_and_forgotten_once_undone(run_module, site, tmp_path):
-    python, nccl_dir = site
-    replaced = str(tmp_path / "replaced")
+def pip_site(tmp_path, wheels):
+    """A real venv whose pip installed nvidia-nccl-cu13 2.28.9 from wheels: (interpreter, nccl dir, module args)."""
+    python = make_pip_site(tmp_path / "pip-site", wheels)
+    nccl_dir = tmp_path / "pip-site" / "site-packages" / "nvidia" / "nccl"
+    args = dict(python=python, backup_dir=str(tmp_path / "replaced"), package="nvidia-nccl-cu13", pip_retries=0,
+                pip_extra_args="--no-index --find-links %s" % wheels)
+    return python, nccl_dir, args
 
-    def upgraded(version, before, check_mode=False):
-        return run_module(module, dict(python=python, backup_dir=replaced, version=version, version_before=before,
-                                       state="upgraded"), check_mode=check_mode)
 
-    pip_installs(nccl_dir, "2.30.4")
-    predicted, failed = upgraded("2.30.4", "2.28.9", check_mode=True)
-    assert not failed and predicted["changed"] is True and not (nccl_dir / module.WHEEL_RECORD).exists()
-    done, failed = upgraded("2.30.4", "2.28.9")
-    assert not failed and done["changed"] is True
+def wheel_version(python):
+    return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_wheel_upgraded_from_its_first_version_and_installed_again(run_module, tmp_path, wheels):
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+
+    def upgraded(version, check_mode=False):
+        return run_module(module, dict(args, version=version, state="upgraded"), check_mode=check_mode)
+
+    predicted, failed = upgraded("2.30.4", check_mode=True)
+    assert not failed and predicted["changed"] is True and predicted["action"] == "upgraded"
+    assert wheel_version(python) == "2.28.9" and not (nccl_dir / module.WHEEL_RECORD).exists()
+    done, failed = upgraded("2.30.4")
+    assert not failed and done["changed"] is True and done["loaded_version"] == "2.30.4", done.get("msg")
     assert done["wheel_upgrade"] == {"package": "nvidia-nccl-cu13", "version": "2.30.4", "version_before": "2.28.9"}
     assert json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == done["wheel_upgrade"]
-    again, failed = upgraded("2.30.4", "2.28.9")
-    assert not failed and again["changed"] is False
+    assert wheel_version(python) == "2.30.4"
+    again, failed = upgraded("2.30.4")
+    assert not failed and again["changed"] is False and again["action"] == "none"
     # Upgraded once more: the version to go back to is still the one torch came with.
-    pip_installs(nccl_dir, "2.30.7")
-    done, failed = upgraded("2.30.7", "2.30.4")
-    assert not failed and done["wheel_upgrade"]["version_before"] == "2.28.9"
+    done, failed = upgraded("2.30.7")
+    assert not failed and done["wheel_upgrade"]["version_before"] == "2.28.9" and wheel_version(python) == "2.30.7"
 
-    # While the wheel is the one recorded, absent keeps the record (the restore's pip has not run yet).
-    kept, failed = run_module(module, dict(python=python, backup_dir=replaced, state="absent"))
+    # Without reinstall_wheel, absent keeps a record that matches the wheel (the source method's first task).
+    kept, failed = run_module(module, dict(args, state="absent"))
     assert not failed and kept["changed"] is False and kept["wheel_upgrade"]["version"] == "2.30.7"
-    pip_installs(nccl_dir, "2.28.9")
-    predicted, failed = run_module(module, dict(python=python, backup_dir=replaced, state="absent"), check_mode=True)
-    assert not failed and predicted["changed"] is True and (nccl_dir / module.WHEEL_RECORD).exists()
-    undone, failed = run_module(module, dict(python=python, backup_dir=replaced, state="absent"))
-    assert not failed and undone["changed"] is True and undone["wheel_upgrade"] is None
-    assert undone["loaded_version"] == "2.28.9" and not (nccl_dir / module.WHEEL_RECORD).exists()
-
-
-def test_a_wheel_upgrade_is_recorded_only_as_pip_left_it(run_module, site, tmp_path):
-    python, nccl_dir = site
-    args = dict(python=python, backup_dir=str(tmp_path / "replaced"), state="upgraded")
-    result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.28.9"))
-    assert failed and result["msg"] == ("the interpreter's NCCL wheel is 2.28.9, not 2.30.7: record the upgrade after "
-                                        "pip installed 2.30.7")
+    predicted, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True), check_mode=True)
+    assert not failed and predicted["changed"] is True and predicted["action"] == "reinstalled"
+    assert wheel_version(python) == "2.30.7" and (nccl_dir / module.WHEEL_RECORD).exists()
+    undone, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and undone["changed"] is True and undone["wheel_upgrade"] is None, undone.get("msg")
+    assert undone["loaded_version"] == "2.28.9" and wheel_version(python) == "2.28.9"
     assert not (nccl_dir / module.WHEEL_RECORD).exists()
-    result, failed = run_module(module, dict(args, version="2.30.7"))
-    assert failed and "state is upgraded but all of the following are missing: version_before" in result["msg"]
-    result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.28.9 --index-url http://x"))
-    assert failed and result["msg"] == "version_before: '2.28.9 --index-url http://x' is not a version (2.28.9)"
-    # No upgrade (the version before is the version now): nothing to go back to, no record.
-    pip_installs(nccl_dir, "2.30.7")
-    result, failed = run_module(module, dict(args, version="2.30.7", version_before="2.30.7"))
-    assert not failed and result["changed"] is False and result["wheel_upgrade"] is None
+    nothing, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and nothing["changed"] is False
+
+
+class Stopped(BaseException):
+    """The run stopped (Ctrl-C, a lost connection) at that point of the module."""
+
+
+def test_the_record_is_written_before_pip_and_left_as_it_was_when_pip_fails(run_module, tmp_path, wheels,
+                                                                             monkeypatch):
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+    record = nccl_dir / module.WHEEL_RECORD
+    # A version the mirror lacks: pip fails, the wheel stays, and so does the record (none before).
+    failed_result, failed = run_module(module, dict(args, version="2.30.9", state="upgraded"))
+    assert failed and failed_result["msg"].startswith(
+        "nccl: pip could not install nvidia-nccl-cu13==2.30.9 into %s; torch's NCCL wheel stays at 2.28.9: make it "
+        "reachable (nccl_pip_extra_args: an index, or --find-links to a directory with it) and run again, or set "
+        "nccl_method: source. pip: ERROR: " % python), failed_result["msg"]
+    assert failed_result["changed"] is False and wheel_version(python) == "2.28.9" and not record.exists()
+
+    # The run stopped once pip had installed the pin: the record was written before pip began, so V1's restore
+    # finds the version torch came with and installs it again.
+    install = module.NcclRuntime.pip_install
+
+    def stopped_after_pip(self, requirement):
+        install(self, requirement)
+        raise Stopped()
+
+    monkeypatch.setattr(module.NcclRuntime, "pip_install", stopped_after_pip)
+    with pytest.raises(Stopped):
+        run_module(module, dict(args, version="2.30.7", state="upgraded"))
+    monkeypatch.undo()
+    assert wheel_version(python) == "2.30.7"
+    assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
+                                              "version_before": "2.28.9"}
+    undone, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and undone["action"] == "reinstalled" and wheel_version(python) == "2.28.9", undone.get("msg")
+    assert not record.exists()
+
+    # Stopped before pip changed anything: the record names a version that is not installed, so nothing is
+    # installed again from it and the next absent forgets it.
+    def stopped_before_pip(self, requirement):
+        raise Stopped()
+
+    monkeypatch.setattr(module.NcclRuntime, "pip_install", stopped_before_pip)
+    with pytest.raises(Stopped):
+        run_module(module, dict(args, version="2.30.7", state="upgraded"))
+    monkeypatch.undo()
+    assert record.exists() and wheel_version(python) == "2.28.9"
+    forgotten, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and forgotten["changed"] is True and forgotten["action"] == "none"
+    assert not record.exists() and wheel_version(python) == "2.28.9"
+
+
+def test_a_pip_that_cannot_install_the_version_before_keeps_the_record(run_module, tmp_path, wheels):
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+    done, failed = run_module(module, dict(args, version="2.30.7", state="upgraded"))
+    assert not failed, done.get("msg")
+    bare = tmp_path / "no-2.28.9"
+    bare.mkdir()
+    shutil.copy(str(wheels / "nvidia_nccl_cu13-2.30.7-py3-none-any.whl"), str(bare))
+    stays, failed = run_module(module, dict(args, pip_extra_args="--no-index --find-links %s" % bare,
+                                            state="absent", reinstall_wheel=True))
+    assert failed and stays["msg"].startswith(
+        "torch's NCCL wheel stays at 2.30.7 (the nccl layer's wheel method installed it for DeepEP V2): pip could "
+        "not install nvidia-nccl-cu13==2.28.9, the version torch came with; make it reachable (nccl_pip_extra_args: "
+        "an index, or --find-links to a directory with it) and run again. pip: ERROR: "), stays["msg"]
+    assert stays["changed"] is False  # a rollback's message then says nothing came back
+    assert wheel_version(python) == "2.30.7" and (nccl_dir / module.WHEEL_RECORD).exists()
+
+
+def test_only_a_package_and_a_version_reach_pip(run_module, site, tmp_path):
+    python, nccl_dir = site
+    args = dict(python=python, backup_dir=str(tmp_path / "replaced"), state="upgraded", package="nvidia-nccl-cu13")
+    result, failed = run_module(module, dict(args, version="2.30.7 --index-url http://x"))
+    assert failed and result["msg"] == "version: '2.30.7 --index-url http://x' is not a version (2.30.7)"
+    result, failed = run_module(module, dict(args, version="2.30.7", package="torch"))
+    assert failed and result["msg"] == "package: 'torch' is not an NCCL wheel (nvidia-nccl-cu13)"
+    result, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "r"), state="upgraded",
+                                             version="2.30.7"))
+    assert failed and "state is upgraded but all of the following are missing: package" in result["msg"]
+    # A record whose version before is not a version is refused, not handed to pip.
+    (nccl_dir / module.WHEEL_RECORD).write_text(json.dumps(
+        {"package": "nvidia-nccl-cu13", "version": "2.28.9", "version_before": "2.28.9 --index-url http://x"}))
+    result, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "r"), state="absent",
+                                             reinstall_wheel=True))
+    assert failed and "the wheel upgrade record names no package and version to install again" in result["msg"]
+    # The interpreter's own pip only: a venv made without pip is named, not another pip used.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    bare = make_python_site(tmp_path / "bare-site", interpreter=str(tmp_path / "bare" / "bin" / "python"))
+    result, failed = run_module(module, dict(args, python=bare, version="2.30.7"))
+    assert failed and result["msg"] == ("nccl: %s has no pip, which nccl_method wheel runs (python -m pip) to install "
+                                        "nvidia-nccl-cu13==2.30.7: add it (python -m ensurepip), or set nccl_method: "
+                                        "source." % bare)
 
 
 def test_a_build_that_answers_another_version_is_taken_out_again(run_module, site, tmp_path):
