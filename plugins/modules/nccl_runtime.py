@@ -22,15 +22,15 @@ description:
     upgrade reinstalls its NCCL wheel) are backed up anew before they are replaced.
   - V(absent) puts the wheel's original files back when the files in place are still the build's, and forgets the
     record either way; that is what a later C(deepep_version=v1) run or a rollback needs.
-  - V(upgraded) is the nccl layer's wheel method: the interpreter's O(package) wheel at O(version), installed with
+  - V(upgraded) is the nccl layer's wheel method. The interpreter's O(package) wheel is put at O(version) by
     the interpreter's own pip (C(python -m pip install --no-deps), O(pip_extra_args) after, tried again
     O(pip_retries) times). The version it upgrades from is recorded first (C(.moe_infra_nccl_wheel.json) in the
     wheel's directory), so that a run stopped while pip ran still leaves a later DeepEP V1 run or a rollback the
     version to install again. The record keeps the first version the wheel was upgraded from. A pip that fails and
     leaves the wheel as it was leaves the record as it was too.
   - V(absent) removes a wheel upgrade record that no longer matches the installed wheel (pip put another version
-    there since). With O(reinstall_wheel), a record that still matches is undone: the version it was upgraded from
-    is installed again with the interpreter's pip, then the record is forgotten; a pip that cannot install it
+    there since). With O(reinstall_wheel), a record that still matches is undone, the version it was upgraded from
+    is installed again with the interpreter's pip, then the record is forgotten. A pip that cannot install it
     fails the task and keeps the record for the next run.
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
