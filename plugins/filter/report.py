@@ -167,7 +167,10 @@ def deepep_rollback_message(failure, went_live, fingerprint, env_script, digests
         wheel = _registered("wheels[%d]" % index, wheel)
         if "reason" in wheel:
             parts.append("the wheel: %s" % wheel["reason"])
-    if nccl.get("method") == "restore" and nccl.get("updated"):
+    if nccl.get("method") == "restore" and nccl.get("reinstalled"):
+        parts.append("torch's own NCCL wheel is back (pip installed %s again; NCCL %s)"
+                     % (nccl["reinstalled"], nccl.get("version")))
+    elif nccl.get("method") == "restore" and nccl.get("updated"):
         parts.append("torch's own NCCL files are back (NCCL %s) in place of the nccl layer's" % nccl.get("version"))
     if nccl.get("error"):
         parts.append(nccl["error"])

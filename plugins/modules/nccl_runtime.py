@@ -158,6 +158,11 @@ backup:
   description: The directory holding the wheel's original files; null when nothing is replaced.
   returned: always
   type: str
+pip_installed:
+  description: What the interpreter's pip installed in this task (C(nvidia-nccl-cu13==2.28.9)); null when pip did
+    not run (nothing to do, or check mode).
+  returned: always
+  type: str
 wheel_upgrade:
   description: The wheel upgrade record in place after the task (C(package), C(version), C(version_before)); null
     when there is none.
@@ -406,7 +411,7 @@ class NcclRuntime(object):
                 self.module.fail_json(msg="torch's NCCL wheel stays at %s (the nccl layer's wheel method installed it "
                                           "for DeepEP V2): pip could not install %s==%s, the version torch came with; "
                                           "%s. pip: %s" % (installed, package, before, FIX_PIP, error), **result)
-            result["wheel_upgrade"] = None
+            result.update(wheel_upgrade=None, pip_installed="%s==%s" % (package, before))
         result["changed"] = True
         if not self.module.check_mode:
             os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
@@ -472,7 +477,8 @@ class NcclRuntime(object):
             self.module.fail_json(msg="nccl: pip could not install %s==%s into %s; torch's NCCL wheel stays at %s: %s, "
                                       "or set nccl_method: source. pip: %s"
                                   % (package, version, self.params["python"], now, FIX_PIP, error), **result)
-        result["loaded_version"] = self.loaded_version(os.path.join(nccl_dir, LIB))[0]
+        result.update(loaded_version=self.loaded_version(os.path.join(nccl_dir, LIB))[0],
+                      pip_installed="%s==%s" % (package, version))
         return result
 
     def write_wheel_record(self, nccl_dir, record):
@@ -483,7 +489,7 @@ class NcclRuntime(object):
 
     def run(self):
         result = dict(changed=False, action="none", nccl_dir=self.nccl_dir(), loaded_version=None, backup=None,
-                      wheel_upgrade=None)
+                      wheel_upgrade=None, pip_installed=None)
         if self.params["state"] == "present":
             return self.present(result)
         if self.params["state"] == "upgraded":

@@ -695,7 +695,7 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     rc, changed, out = run(node, "-e", json.dumps(failing_v2))
     assert rc != 0 and "DeepEP elastic_ep test failed" in out and "The new build is not live" in out, out
     assert "changed: [localhost]" in task_lines(out, back), out
-    assert "torch's own NCCL files are back (NCCL 2.28.9) in place of the nccl layer's;" in out, out
+    assert "torch's own NCCL wheel is back (pip installed nvidia-nccl-cu13==2.28.9 again; NCCL 2.28.9);" in out, out
     assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
     assert wheel_version() == "2.28.9" and loaded() == "22809" and not record.exists()
 
@@ -709,7 +709,7 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     # What failed comes first, as without the wheel's trouble (the pip error does not take its place).
     assert ("Action failed: DeepEP elastic_ep test failed: exit status 1; 0 of 2 ranks reported results. The new "
             "build is not live") in out, out
-    assert stays in out and "torch's own NCCL files are back" not in out, out
+    assert stays in out and "torch's own NCCL wheel is back" not in out and "files are back" not in out, out
     assert os.readlink(str(node["prefix"] / "deepep" / "current")) == v1_build
     assert wheel_version() == "2.30.7" and record.exists()
     rc, changed, out = run(node, "-e", json.dumps(dict(v1, deepep_network_retries=0)))

@@ -168,6 +168,12 @@ def test_rollback_message_names_an_nccl_restore_that_failed_and_leaves_out_one_t
     message = deepep_rollback_message("x failed", True, "ab" * 8, "/e.sh", {}, ROLLBACK, [], failed)
     assert "; torch's NCCL wheel stays at 2.30.7: pip could not install nvidia-nccl-cu13==2.28.9; the env script " \
            "was not changed (/e.sh)." in message and "files are back" not in message
+    # The wheel method's restore says what pip installed again, not that files came back.
+    wheel = deepep_rollback_message("x failed", True, "ab" * 8, "/e.sh", {}, ROLLBACK, [],
+                                    {"method": "restore", "updated": True, "version": "2.28.9", "error": None,
+                                     "reinstalled": "nvidia-nccl-cu13==2.28.9"})
+    assert "; torch's own NCCL wheel is back (pip installed nvidia-nccl-cu13==2.28.9 again; NCCL 2.28.9); the " \
+           "env script was not changed (/e.sh)." in wheel and "files are back" not in wheel
     # The nccl layer's own result from earlier in the play (not a restore) says nothing here.
     unchanged = deepep_rollback_message("x failed", True, "ab" * 8, "/e.sh", {}, ROLLBACK, [],
                                         {"method": "wheel", "updated": True, "version": "2.30.7"})
