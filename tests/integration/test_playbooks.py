@@ -79,7 +79,7 @@ def test_facts_report_for_gcp_b200(tmp_path, check):
     assert "GPUs: 8 (arch 10.0" in report
     layers = {entry["layer"]: entry["status"] for entry in data["layers"]}
     assert layers == {"doca_ofed": "reboot", "cuda": layers["cuda"], "nvidia_peermapping": "reboot",
-                      "gdrcopy": "change", "nvshmem_ibgda": "change", "deepep": "change"}
+                      "gdrcopy": "change", "nvshmem_ibgda": "change", "nccl": "skip", "deepep": "change"}
     assert "rocep* names (KF01)" in report
 
 
@@ -95,6 +95,31 @@ def test_facts_judge_the_toolkit_against_the_pin(tmp_path, pin, status):
     assert layer["status"] == status and layer["found"] == "CUDA 13.0 at %s" % cuda
     if status == "change":
         assert layer["action"].startswith("install CUDA 12.9 (the pin, cuda_version)")
+
+
+@pytest.mark.parametrize("deepep_version, status, action", [
+    ("v1", "ok", "nothing: DeepEP V1 uses torch's own NCCL"),
+    ("v2", "change", "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for "
+                     "DeepEP V1)")])
+def test_facts_with_an_interpreter_report_its_torch_and_the_nccl_layer(tmp_path, deepep_version, status, action):
+    # deepep_python given: facts.yml reads it with the node, read-only, and plans the nccl layer on it as site.yml
+    # does (torch 2.11's NCCL 2.28.9 wheel here, a fixture interpreter).
+    python = make_python_site(tmp_path / "venv", nccl_runtime=(2, 28, 9))
+    out_dir = tmp_path / "report"
+    rc, out = playbook("facts.yml", tmp_path, "-e", json.dumps({
+        "deepep_facts_dir": str(out_dir), "deepep_python": python, "deepep_version": deepep_version}),
+        machine="h200_no_nics")
+    assert rc == 0, out
+    layers = {e["layer"]: e for e in json.loads((out_dir / "localhost.json").read_text())["layers"]}
+    assert layers["nccl"]["status"] == status and layers["nccl"]["action"] == action, layers["nccl"]
+    assert layers["nccl"]["found"] == "torch loads NCCL 2.28.9; nvidia-nccl-cu13 2.28.9"
+    assert [e["layer"] for e in json.loads((out_dir / "localhost.json").read_text())["layers"]][-2:] == [
+        "nccl", "deepep"]
+    # Without it, as before: no interpreter read, and the nccl line says so.
+    rc, out = playbook("facts.yml", tmp_path, "-e", "deepep_facts_dir=%s" % out_dir)
+    assert rc == 0, out
+    layers = {e["layer"]: e for e in json.loads((out_dir / "localhost.json").read_text())["layers"]}
+    assert layers["nccl"]["found"] == "interpreter not read" and layers["nccl"]["status"] == "skip"
 
 
 def test_facts_on_a_node_without_nics_reports_peermapping_not_required(tmp_path):
