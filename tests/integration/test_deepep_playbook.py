@@ -9,9 +9,11 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -732,6 +734,63 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0 and changed == 0, out
     assert "skipping" in task_lines(out, "TASK [Torch's own NCCL back for DeepEP V1]"), out
+
+
+def test_ctrl_c_while_pip_upgrades_the_nccl_wheel_leaves_v1_what_to_put_back(node):
+    # The operator's Ctrl-C while the wheel method's pip runs (the whole foreground group gets SIGINT): once pip
+    # had installed 2.30.7, the record of the version before was already written, so DeepEP V1 installs torch's
+    # 2.28.9 again; before pip changed anything, the wheel is torch's and the record names a version not installed
+    # (nothing for V1 to do), and the next V2 run upgrades as usual. The interpreter as the wheel method's pip runs
+    # it is a wrapper (a fixture) that waits there, after pip's install or before it.
+    v2, python, wheels = v2_from_the_nccl_wheel(node)
+    nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
+    record = nccl_dir / ".moe_infra_nccl_wheel.json"
+    marker = node["tmp"] / "pip-reached"
+    slow = node["tmp"] / "slow-pip-python"
+
+    def wheel_version():
+        return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def interrupted_v2(after_install):
+        install = '"%s" "$@"; ' % python if after_install else ""
+        slow.write_text('#!/bin/sh\ncase "$*" in *"-m pip install"*) %stouch "%s"; sleep 120; exit 1 ;; esac\n'
+                        'exec "%s" "$@"\n' % (install, marker, python))
+        slow.chmod(0o755)
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "dev"), ANSIBLE_NOCOLOR="1")
+        cmd = [PLAYBOOK_BIN, "-i", os.path.join(REPO, "inventories", "local"),
+               os.path.join(REPO, "playbooks", "deepep.yml"), "-e", json.dumps(VARIABLES(node)),
+               "-e", json.dumps(dict(v2, deepep_python=str(slow))), "--tags", "nccl"]
+        with open(str(node["tmp"] / "interrupted.log"), "w") as log:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            deadline = time.time() + 300
+            while not marker.exists() and proc.poll() is None and time.time() < deadline:
+                time.sleep(0.2)
+            assert marker.exists(), (node["tmp"] / "interrupted.log").read_text()
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        marker.unlink()
+        assert proc.returncode != 0
+
+    v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
+          "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
+    back = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch came with again (a V2 run upgraded it)]"
+    interrupted_v2(after_install=True)
+    assert wheel_version() == "2.30.7"
+    assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
+                                              "version_before": "2.28.9"}
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    assert rc == 0 and "changed: [localhost]" in task_lines(out, back), out
+    assert wheel_version() == "2.28.9" and not record.exists()
+
+    interrupted_v2(after_install=False)
+    assert wheel_version() == "2.28.9" and record.exists()
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    assert rc == 0 and changed == 0 and wheel_version() == "2.28.9", out
+    rc, changed, out = run(node, "-e", json.dumps(v2), "--tags", "nccl")
+    assert rc == 0 and wheel_version() == "2.30.7", out
+    assert json.loads(record.read_text())["version_before"] == "2.28.9"
 
 
 def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_wheel_stays_torchs(node):
