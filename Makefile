@@ -127,4 +127,4 @@ ee-context: $(BIN)/.test
 	rm -rf .build/ee-collection .build/ee && mkdir -p .build/ee-collection
 	$(BIN)/ansible-galaxy collection build --output-path .build/ee-collection $(CURDIR) >/dev/null
 	mv .build/ee-collection/moe_infra-deepep-*.tar.gz .build/ee-collection/moe_infra-deepep.tar.gz
-	$(BIN)/ansible-builder create -f execution-environment.yml -c .build/ee
+	$(BIN)/ansible-builder create --output-filename Containerfile -f execution-environment.yml -c .build/ee

@@ -35,8 +35,9 @@ def test_ansible_builder_renders_the_context_and_finds_the_collections_requireme
     assert len(built) == 1, built
     shutil.copy(str(built[0]), str(project / ".build" / "ee-collection" / "moe_infra-deepep.tar.gz"))
     context = tmp_path / "context"
-    run(os.path.join(BIN, "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(context),
-        cwd=str(project))
+    # As `make ee-context` names it: without podman on PATH ansible-builder would write a Dockerfile instead.
+    run(os.path.join(BIN, "ansible-builder"), "create", "--output-filename", "Containerfile", "-f",
+        "execution-environment.yml", "-c", str(context), cwd=str(project))
 
     containerfile = (context / "Containerfile").read_text()
     assert 'ANSIBLE_INSTALL_REFS="ansible-core==2.19.14 ansible-runner"' in containerfile
