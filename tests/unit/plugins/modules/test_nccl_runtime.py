@@ -159,8 +159,7 @@ class Stopped(BaseException):
     """The run stopped (Ctrl-C, a lost connection) at that point of the module."""
 
 
-def test_the_record_is_written_before_pip_and_left_as_it_was_when_pip_fails(run_module, tmp_path, wheels,
-                                                                             monkeypatch):
+def test_the_record_is_written_before_pip_and_left_as_it_was_when_pip_fails(run_module, tmp_path, wheels, monkeypatch):
     python, nccl_dir, args = pip_site(tmp_path, wheels)
     record = nccl_dir / module.WHEEL_RECORD
     # A version the mirror lacks: pip fails, the wheel stays, and so does the record (none before).
