@@ -425,12 +425,19 @@ class NcclRuntime(object):
                                       "%s: add it (python -m ensurepip), or set nccl_method: source."
                                   % (self.params["python"], requirement))
 
+    def pip_extra_args(self):
+        try:
+            return shlex.split(self.params["pip_extra_args"])
+        except ValueError as exc:
+            self.module.fail_json(msg="pip_extra_args (nccl_pip_extra_args): %r cannot be split into arguments (%s); "
+                                      "close its quotes" % (self.params["pip_extra_args"], exc))
+
     def pip_install(self, requirement):
         """The interpreter's own pip installs requirement, tried again as the network steps are. Returns what to say
         should the installed version not be the one asked for (the caller reads it to decide): pip's last error
         line when every try failed."""
         argv = ([self.params["python"], "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-                 "--no-input"] + shlex.split(self.params["pip_extra_args"]) + [requirement])
+                 "--no-input"] + self.pip_extra_args() + [requirement])
         error = None
         for attempt in range(max(self.params["pip_retries"], 0) + 1):
             if attempt:
@@ -448,6 +455,7 @@ class NcclRuntime(object):
             self.module.fail_json(msg="version: %r is not a version (2.30.7)" % version, **result)
         if not PACKAGE.match(package):
             self.module.fail_json(msg="package: %r is not an NCCL wheel (nvidia-nccl-cu13)" % package, **result)
+        self.pip_extra_args()  # bad input named before anything changes
         dummy, installed = self.installed_wheel()
         record = self.read_record(nccl_dir, WHEEL_RECORD)
         before = installed

@@ -228,6 +228,10 @@ def test_only_a_package_and_a_version_reach_pip(run_module, site, tmp_path):
     assert failed and result["msg"] == "version: '2.30.7 --index-url http://x' is not a version (2.30.7)"
     result, failed = run_module(module, dict(args, version="2.30.7", package="torch"))
     assert failed and result["msg"] == "package: 'torch' is not an NCCL wheel (nvidia-nccl-cu13)"
+    result, failed = run_module(module, dict(args, version="2.30.7", pip_extra_args="--index-url 'http://x"))
+    assert failed and result["msg"] == ("pip_extra_args (nccl_pip_extra_args): \"--index-url 'http://x\" cannot be "
+                                        "split into arguments (No closing quotation); close its quotes")
+    assert not (nccl_dir / module.WHEEL_RECORD).exists()
     result, failed = run_module(module, dict(python=python, backup_dir=str(tmp_path / "r"), state="upgraded",
                                              version="2.30.7"))
     assert failed and "state is upgraded but all of the following are missing: package" in result["msg"]
