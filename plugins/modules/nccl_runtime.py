@@ -24,7 +24,7 @@ description:
     record either way; that is what a later C(deepep_version=v1) run or a rollback needs.
   - V(upgraded) is the nccl layer's wheel method. The interpreter's O(package) wheel is put at O(version) by
     the interpreter's own pip (C(python -m pip install --no-deps), O(pip_extra_args) after, tried again
-    O(pip_retries) times). The version it upgrades from is recorded first (C(.moe_infra_nccl_wheel.json) in the
+    O(retries) times). The version it upgrades from is recorded first (C(.moe_infra_nccl_wheel.json) in the
     wheel's directory), so that a run stopped while pip ran still leaves a later DeepEP V1 run or a rollback the
     version to install again. The record keeps the first version the wheel was upgraded from. A pip that fails and
     leaves the wheel as it was leaves the record as it was too.
@@ -70,12 +70,12 @@ options:
       --find-links /srv/wheels) for an air-gapped site's mirror, C(--index-url URL)).
     type: str
     default: ""
-  pip_retries:
-    description: How many more times a pip that failed is run, O(pip_retry_delay) seconds apart (an index that
+  retries:
+    description: How many more times a pip that failed is run, O(retry_delay) seconds apart (an index that
       answered 503).
     type: int
     default: 3
-  pip_retry_delay:
+  retry_delay:
     description: Seconds between pip's tries.
     type: int
     default: 10
@@ -439,9 +439,9 @@ class NcclRuntime(object):
         argv = ([self.params["python"], "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
                  "--no-input"] + self.pip_extra_args() + [requirement])
         error = None
-        for attempt in range(max(self.params["pip_retries"], 0) + 1):
+        for attempt in range(max(self.params["retries"], 0) + 1):
             if attempt:
-                time.sleep(max(self.params["pip_retry_delay"], 0))
+                time.sleep(max(self.params["retry_delay"], 0))
             rc, out, err = self.module.run_command(argv, cwd="/")
             if rc == 0:
                 return "it exited 0 and the interpreter's NCCL wheel is not the version asked for"
@@ -516,8 +516,8 @@ def main():
             version=dict(type="str"),
             package=dict(type="str"),
             pip_extra_args=dict(type="str", default=""),
-            pip_retries=dict(type="int", default=3),
-            pip_retry_delay=dict(type="int", default=10),
+            retries=dict(type="int", default=3),
+            retry_delay=dict(type="int", default=10),
             reinstall_wheel=dict(type="bool", default=False),
             backup_dir=dict(type="path", required=True),
             state=dict(type="str", default="present", choices=["present", "absent", "upgraded"]),

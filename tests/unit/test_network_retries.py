@@ -12,9 +12,11 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NETWORK_MODULES = ("ansible.builtin.apt", "ansible.builtin.pip", "ansible.builtin.get_url", "ansible.builtin.git",
                    "ansible.builtin.uri", "ansible.builtin.apt_key", "ansible.builtin.apt_repository",
-                   "moe_infra.deepep.apt_keyring", "moe_infra.deepep.apt_pinned_repository")
-# Modules that try a network step again themselves (they know a refused key from a mirror hiccup).
-RETRYING_MODULES = ("moe_infra.deepep.apt_pinned_repository",)
+                   "moe_infra.deepep.apt_keyring", "moe_infra.deepep.apt_pinned_repository",
+                   "moe_infra.deepep.nccl_runtime")
+# Modules that try a network step again themselves (they know a refused key from a mirror hiccup; nccl_runtime
+# writes its record before pip and reads the wheel after each try).
+RETRYING_MODULES = ("moe_infra.deepep.apt_pinned_repository", "moe_infra.deepep.nccl_runtime")
 
 
 def tasks(items):
@@ -34,6 +36,9 @@ def network_tasks():
                 module = next((m for m in NETWORK_MODULES if m in task), None)
                 if module == "moe_infra.deepep.apt_keyring" and not (task[module] or {}).get("url"):
                     continue  # only checks a keyring in place
+                if module == "moe_infra.deepep.nccl_runtime" and not (
+                        task[module].get("state") == "upgraded" or task[module].get("reinstall_wheel")):
+                    continue  # puts files in place or back: no pip
                 if module:
                     found.append((os.path.relpath(path, REPO), task.get("name"), task))
     return found
@@ -56,7 +61,9 @@ def retries_with_the_site_settings(task):
 
 def test_every_network_task_retries_with_the_site_settings():
     found = network_tasks()
-    assert len([task for dummy, dummy, task in found if any(m in task for m in RETRYING_MODULES)]) == 2
+    # apt_pinned_repository in the cuda and doca_ofed layers; nccl_runtime's pip in the nccl layer's wheel method
+    # and its restore.
+    assert len([task for dummy, dummy, task in found if any(m in task for m in RETRYING_MODULES)]) == 4
     assert [(path, name) for path, name, task in found if not retries_with_the_site_settings(task)] == []
 
 

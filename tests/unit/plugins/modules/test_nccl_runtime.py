@@ -111,7 +111,7 @@ def pip_site(tmp_path, wheels):
     """A real venv whose pip installed nvidia-nccl-cu13 2.28.9 from wheels: (interpreter, nccl dir, module args)."""
     python = make_pip_site(tmp_path / "pip-site", wheels)
     nccl_dir = tmp_path / "pip-site" / "site-packages" / "nvidia" / "nccl"
-    args = dict(python=python, backup_dir=str(tmp_path / "replaced"), package="nvidia-nccl-cu13", pip_retries=0,
+    args = dict(python=python, backup_dir=str(tmp_path / "replaced"), package="nvidia-nccl-cu13", retries=0,
                 pip_extra_args="--no-index --find-links %s" % wheels)
     return python, nccl_dir, args
 
