@@ -32,6 +32,11 @@ description:
     there since). With O(reinstall_wheel), a record that still matches is undone, the version it was upgraded from
     is installed again with the interpreter's pip, then the record is forgotten. A pip that cannot install it
     fails the task and keeps the record for the next run.
+  - A wheel half-installed (the record there and no NCCL wheel installed, what a pip killed between its uninstall
+    and its install leaves, torch unable to load NCCL) is taken as the record's: V(upgraded) installs O(version)
+    and keeps the version the record names to go back to, V(absent) with O(reinstall_wheel) installs that version
+    again, V(absent) without it keeps the record. Once pip has installed the wheel, what the stopped pip left of it
+    (directories named C(~...) beside its files and its dist-info) is removed.
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
 author:
@@ -163,6 +168,12 @@ pip_installed:
     not run (nothing to do, or check mode).
   returned: always
   type: str
+pip_leftovers_removed:
+  description: What a pip stopped half-way had left of the wheel (C(~)-named directories), removed once pip
+    installed it in this task; empty when there was none.
+  returned: always
+  type: list
+  elements: str
 wheel_upgrade:
   description: The wheel upgrade record in place after the task (C(package), C(version), C(version_before)); null
     when there is none.
@@ -178,6 +189,7 @@ import pwd
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 
@@ -201,6 +213,11 @@ WHEEL_VERSION = ("import importlib.metadata as md, json\n"
                  "print(json.dumps(found))\n")
 VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
 PACKAGE = re.compile(r"^nvidia-nccl-cu[0-9]+$")
+# pip's stash of an uninstalled dist-info (the name with its first letters replaced by ~), e.g.
+# ~vidia_nccl_cu13-2.28.9.dist-info.
+PIP_LEFTOVER_DIST = re.compile(r"^~[^/]*_nccl_cu[0-9]+-[0-9.]+\.dist-info$")
+# What to do when pip was killed (the OOM killer, kill -9): nothing is wrong with the index or the wheel.
+FIX_KILLED = "run again (the nccl layer installs it then)"
 FIX_PIP = ("make it reachable (nccl_pip_extra_args: an index, or --find-links to a directory with it) and run "
            "again")
 VERSION_CHECK = ("import ctypes, sys\n"
@@ -391,7 +408,9 @@ class NcclRuntime(object):
         if record is None:
             return result
         dummy, installed = self.installed_wheel()
-        if installed == record.get("version"):
+        # No wheel installed while the record is there: a pip that was changing it (this module's, or the reinstall
+        # below) was stopped before it finished. The record keeps the version to install again.
+        if installed == record.get("version") or installed is None:
             result["wheel_upgrade"] = record
             if not self.params["reinstall_wheel"]:
                 return result
@@ -404,14 +423,17 @@ class NcclRuntime(object):
             if self.module.check_mode:
                 return result
             self.require_pip("%s==%s" % (package, before))
-            error = self.pip_install("%s==%s" % (package, before))
+            error, fix = self.pip_install("%s==%s" % (package, before))
             now = self.installed_wheel()[1]
             if now != before:
                 result["changed"] = now != installed  # pip left the wheel as it was: nothing changed
-                self.module.fail_json(msg="torch's NCCL wheel stays at %s (the nccl layer's wheel method installed it "
-                                          "for DeepEP V2): pip could not install %s==%s, the version torch came with; "
-                                          "%s. pip: %s" % (installed, package, before, FIX_PIP, error), **result)
-            result.update(wheel_upgrade=None, pip_installed="%s==%s" % (package, before))
+                state = ("at %s (the nccl layer's wheel method installed it for DeepEP V2)" % now if now
+                         else self.wheel_state(now, package))
+                self.module.fail_json(msg="torch's NCCL wheel stays %s: pip could not install %s==%s, the version "
+                                          "torch came with; %s. pip: %s" % (state, package, before, fix, error),
+                                      **result)
+            result.update(wheel_upgrade=None, pip_installed="%s==%s" % (package, before),
+                          pip_leftovers_removed=self.remove_pip_leftovers(nccl_dir))
         result["changed"] = True
         if not self.module.check_mode:
             os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
@@ -435,18 +457,24 @@ class NcclRuntime(object):
     def pip_install(self, requirement):
         """The interpreter's own pip installs requirement, tried again as the network steps are. Returns what to say
         should the installed version not be the one asked for (the caller reads it to decide): pip's last error
-        line when every try failed."""
+        line when every try failed, and what to do about it."""
         argv = ([self.params["python"], "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
                  "--no-input"] + self.pip_extra_args() + [requirement])
-        error = None
+        error, fix = None, FIX_PIP
         for attempt in range(max(self.params["retries"], 0) + 1):
             if attempt:
                 time.sleep(max(self.params["retry_delay"], 0))
             rc, out, err = self.module.run_command(argv, cwd="/")
             if rc == 0:
-                return "it exited 0 and the interpreter's NCCL wheel is not the version asked for"
-            error = ((err or out).strip().splitlines() or ["exit %d" % rc])[-1]
-        return error
+                return "it exited 0 and the interpreter's NCCL wheel is not the version asked for", FIX_PIP
+            if rc < 0:  # its last line is then whatever it had printed last ("Successfully uninstalled ...")
+                error, fix = "pip was killed by signal %d (%s)" % (-rc, signal.Signals(-rc).name), FIX_KILLED
+                continue
+            lines = (err or out).strip().splitlines() or ["exit %d" % rc]
+            errors = [line for line in lines if line.startswith("ERROR")]
+            error = (errors or [line for line in lines if not line.startswith("WARNING")] or lines)[-1]
+            fix = FIX_PIP
+        return error, fix
 
     def upgraded(self, result):
         nccl_dir = result["nccl_dir"]
@@ -459,8 +487,9 @@ class NcclRuntime(object):
         dummy, installed = self.installed_wheel()
         record = self.read_record(nccl_dir, WHEEL_RECORD)
         before = installed
-        if record and record.get("package") == package and record.get("version") == installed:
-            before = record.get("version_before")  # upgraded again: the first version is the one to go back to
+        # Upgraded again, or a pip stopped half-way (no wheel installed): the first version is the one to go back to.
+        if record and record.get("package") == package and installed in (record.get("version"), None):
+            before = record.get("version_before")
         want = None if before == version or not VERSION.match(str(before)) else dict(
             package=package, version=version, version_before=before)
         result["wheel_upgrade"] = want
@@ -476,18 +505,44 @@ class NcclRuntime(object):
             self.write_wheel_record(nccl_dir, want)
         if installed == version:
             return result
-        error = self.pip_install("%s==%s" % (package, version))
+        error, fix = self.pip_install("%s==%s" % (package, version))
         now = self.installed_wheel()[1]
         if now != version:
             if now == installed:  # pip left the wheel as it was: so is the record, nothing changed
                 self.write_wheel_record(nccl_dir, record)
                 result["changed"] = False
-            self.module.fail_json(msg="nccl: pip could not install %s==%s into %s; torch's NCCL wheel stays at %s: %s, "
+            self.module.fail_json(msg="nccl: pip could not install %s==%s into %s; torch's NCCL wheel stays %s: %s, "
                                       "or set nccl_method: source. pip: %s"
-                                  % (package, version, self.params["python"], now, FIX_PIP, error), **result)
+                                  % (package, version, self.params["python"], self.wheel_state(now, package), fix,
+                                     error), **result)
         result.update(loaded_version=self.loaded_version(os.path.join(nccl_dir, LIB))[0],
-                      pip_installed="%s==%s" % (package, version))
+                      pip_installed="%s==%s" % (package, version),
+                      pip_leftovers_removed=self.remove_pip_leftovers(nccl_dir))
         return result
+
+    @staticmethod
+    def wheel_state(version, package):
+        """How the message names the wheel's state after pip: its version, or half-installed."""
+        if version:
+            return "at %s" % version
+        return ("half-installed (no %s installed: a pip changing it was stopped before it finished; torch cannot "
+                "load NCCL until one is)" % package)
+
+    @staticmethod
+    def remove_pip_leftovers(nccl_dir):
+        """What a pip stopped half-way left of this wheel (its uninstall moves the files to ~-named directories
+        beside them, and only a pip that finishes removes those): once pip has installed the wheel, nothing of it
+        is in use. Any pip run warns of them ("Ignoring invalid distribution ~vidia-nccl-cu13") until they go.
+        Returns the paths removed."""
+        site = os.path.dirname(os.path.dirname(nccl_dir))
+        found = [os.path.join(nccl_dir, name) for name in os.listdir(nccl_dir) if name.startswith("~")]
+        found += [os.path.join(site, name) for name in os.listdir(site) if PIP_LEFTOVER_DIST.match(name)]
+        for path in sorted(found):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        return sorted(found)
 
     def write_wheel_record(self, nccl_dir, record):
         if record:
@@ -497,7 +552,7 @@ class NcclRuntime(object):
 
     def run(self):
         result = dict(changed=False, action="none", nccl_dir=self.nccl_dir(), loaded_version=None, backup=None,
-                      wheel_upgrade=None, pip_installed=None)
+                      wheel_upgrade=None, pip_installed=None, pip_leftovers_removed=[])
         if self.params["state"] == "present":
             return self.present(result)
         if self.params["state"] == "upgraded":

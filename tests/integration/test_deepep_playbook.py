@@ -22,7 +22,8 @@ from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD
 from ansible_collections.moe_infra.deepep.tests.fixtures.cuda_home import make_cuda_home
 from ansible_collections.moe_infra.deepep.tests.fixtures.fanout_report import fanout_roles
 from ansible_collections.moe_infra.deepep.tests.fixtures.nvshmem_tree import make_nvshmem_tree
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_pip_site, make_python_site, nccl_wheel
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (killed_pip_interpreter, make_pip_site,
+                                                                             make_python_site, nccl_wheel)
 from ansible_collections.moe_infra.deepep.tests.fixtures.sysfs_tree import write_nvidia_module_version, write_nvidia_params
 from ansible_collections.moe_infra.deepep.tests.fixtures.wheel_index import make_wheel_index
 
@@ -790,6 +791,48 @@ def test_ctrl_c_while_pip_upgrades_the_nccl_wheel_leaves_v1_what_to_put_back(nod
     assert rc == 0 and changed == 0 and wheel_version() == "2.28.9", out
     rc, changed, out = run(node, "-e", json.dumps(v2), "--tags", "nccl")
     assert rc == 0 and wheel_version() == "2.30.7", out
+    assert json.loads(record.read_text())["version_before"] == "2.28.9"
+
+
+def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1_or_v2_run(node):
+    # pip killed with SIGKILL (the OOM killer, kill -9) between its uninstall of torch's 2.28.9 and its install of
+    # 2.30.7 (the fixture's wrapper interpreter): no NCCL wheel installed and torch does not import. Said so; then a
+    # DeepEP V1 run installs 2.28.9 again, and after the same once more, a whole V2 run installs the pin and builds.
+    v2, python, wheels = v2_from_the_nccl_wheel(node)
+    nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
+    record = nccl_dir / ".moe_infra_nccl_wheel.json"
+    killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python")
+    said = "torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished"
+
+    def wheel_version():
+        return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                              capture_output=True, text=True, check=False).stdout.strip()
+
+    def leftovers():
+        return [name for name in os.listdir(str(nccl_dir)) if name.startswith("~")] + [
+            name for name in os.listdir(str(nccl_dir.parent.parent)) if name.startswith("~") and "nccl" in name]
+
+    def killed_v2():
+        rc, changed, out = run(node, "-e", json.dumps(dict(v2, deepep_python=killed)), "--tags", "nccl")
+        assert rc != 0 and re.sub(r"\s+", " ", out).count(
+            "torch's NCCL wheel stays half-installed (no nvidia-nccl-cu13 installed: a pip changing it was stopped "
+            "before it finished; torch cannot load NCCL until one is): run again (the nccl layer installs it then), "
+            "or set nccl_method: source. pip: pip was killed by signal 9 (SIGKILL)"), out
+        assert wheel_version() == "" and leftovers() and json.loads(record.read_text()) == {
+            "package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
+
+    killed_v2()
+    v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
+          "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    flat = re.sub(r"\s+", " ", out)
+    assert rc == 0 and said in flat and "pip-install nvidia-nccl-cu13==2.28.9 again" in flat, out
+    assert wheel_version() == "2.28.9" and not record.exists() and not leftovers()
+
+    killed_v2()
+    rc, changed, out = run(node, "-e", json.dumps(v2))
+    assert rc == 0 and said in re.sub(r"\s+", " ", out), out
+    assert wheel_version() == "2.30.7" and not leftovers() and (node["prefix"] / "deepep" / "current").exists()
     assert json.loads(record.read_text())["version_before"] == "2.28.9"
 
 

@@ -18,7 +18,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.deepep.compat imp
 # The role's settings work_out reads (the deepep role's __deepep_settings, one entry per role variable).
 SETTINGS = ("version", "python", "given_python", "interpreter_known", "cuda_known", "prefix", "cuda_home", "arch_list",
             "nvshmem_dir", "nvshmem_version", "nvshmem_planned", "nvshmem_35_fix", "src", "git_url", "git_ref",
-            "build_user", "build_jobs", "cxx", "gcc")
+            "build_user", "build_jobs", "cxx", "gcc", "nccl_ahead")
 
 NO_READING = "Run the preflight role first (playbooks/deepep.yml and playbooks/site.yml do)."
 
@@ -42,7 +42,7 @@ def work_out(node, settings, cuda_probed=None, nccl_planned=None):
     """node: ansible_facts.deepep (None before the preflight role); settings: SETTINGS (python: the build
     interpreter, the given deepep_python or the role's venv's; interpreter_known, cuda_known: whether the reading
     is of that interpreter, as the role reads it, and of the toolkit at cuda_home; gcc: the compiler version this
-    run read); cuda_probed: the role's own toolkit reading (deepep_facts, gather_subset cuda) (used when the reading's toolkit is another);
+    run read; nccl_ahead: whether the nccl layer runs after this check in this run); cuda_probed: the role's own toolkit reading (deepep_facts, gather_subset cuda) (used when the reading's toolkit is another);
     nccl_planned: the NCCL version the nccl layer of this run will provide (V2), else None.
 
     Returns {python_exists, problems: [one sentence each, with its fix], gate: deepep_compat's answer (None without
@@ -85,6 +85,10 @@ def work_out(node, settings, cuda_probed=None, nccl_planned=None):
         "nvshmem_version": nvshmem_version if version == "v1" else None,
         "nvshmem_35_fix": _truthy(settings["nvshmem_35_fix"]),
         "hca_families": sorted(set(hca.get("family") for hca in (node.get("rdma") or {}).get("hcas") or [])),
+        "nccl_wheel_half_installed": nccl_wheel if (nccl_wheel or {}).get("half_installed") else None,
+        # V1's nccl layer installs the version torch came with again; V2's installs or builds its NCCL (a method
+        # that provides one: nccl_planned).
+        "nccl_layer_ahead": _truthy(settings["nccl_ahead"]) and (version == "v1" or bool(nccl_planned)),
     })
     answer["gate"] = gate
     if version == "v1" and not nvshmem_dir and not settings["nvshmem_planned"]:

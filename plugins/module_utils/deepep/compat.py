@@ -34,7 +34,10 @@ def _problem(kf, message, fix):
 
 def check(facts):
     """facts: deepep_version ('v1'|'v2'), torch, torch_cuda (CUDA torch was built with), nccl, cuda_release, cccl_include_dir, gpu_compute_caps,
-    arch_list (may be empty: from the GPUs), nvshmem_version, nvshmem_35_fix (bool), hca_families.
+    arch_list (may be empty: from the GPUs), nvshmem_version, nvshmem_35_fix (bool), hca_families;
+    nccl_wheel_half_installed: the interpreter's nccl_wheel when a pip changing it was stopped half-way (torch then
+    cannot be imported), else None; nccl_layer_ahead: whether this run's nccl layer, still to come, installs that
+    wheel again (the deepep role checks torch again after it).
 
     Returns {problems: [...], arch_list, build_env: {...}, message}: message says every problem with its fix in one
     line ('' when there is none).
@@ -50,7 +53,16 @@ def check(facts):
     if version not in ("v1", "v2"):
         problems.append(_problem(None, "deepep_version %r is neither v1 nor v2" % (version,),
                                  "set deepep_version to v1 (NVSHMEM, PR #466) or v2 (NCCL Gin)"))
-    if torch is None:
+    half = facts.get("nccl_wheel_half_installed")
+    if torch is None and half and not facts.get("nccl_layer_ahead"):
+        problems.append(_problem(
+            None, "torch is not importable by the build interpreter: its NCCL wheel %s is half-installed (a pip "
+                  "changing it was stopped before it finished; torch came with %s)"
+                  % (half["package"], half["upgraded_from"]),
+            "run again with the nccl layer (without --tags, or with --tags nccl): it installs the wheel again "
+            "(DeepEP V1: %s==%s; V2: nccl_version, with nccl_method wheel or source)"
+            % (half["package"], half["upgraded_from"])))
+    elif torch is None and not half:
         problems.append(_problem(None, "torch is not importable by the build interpreter",
                                  "install the pinned torch or point deepep_python at the interpreter that has it"))
 

@@ -47,7 +47,7 @@ if name and root:
 name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
 if name:
     out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None,
-                         "upgraded_from": None}
+                         "upgraded_from": None, "half_installed": False}
     # The nccl layer's record (nccl_runtime) where it put a build in place of the wheel's files, for DeepEP V2.
     try:
         with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl.json")) as record:
@@ -64,6 +64,20 @@ if name:
         if (record.get("package") == name and record.get("version") == version
                 and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before))):
             out["nccl_wheel"]["upgraded_from"] = before
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass
+elif package_dir("nvidia.nccl"):
+    # No NCCL wheel installed, and its directory still holds the wheel method's record: a pip that was changing the
+    # wheel was stopped between its uninstall and its install (torch cannot load NCCL). The nccl layer installs the
+    # version the record names to go back to (V1), or the pin (V2).
+    try:
+        with open(os.path.join(package_dir("nvidia.nccl"), ".moe_infra_nccl_wheel.json")) as record:
+            record = json.load(record)
+        before = record.get("version_before")
+        if (re.match(r"^nvidia-nccl-cu[0-9]+$", str(record.get("package")))
+                and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before))):
+            out["nccl_wheel"] = {"package": record["package"], "version": None, "dir": package_dir("nvidia.nccl"),
+                                 "replaced_by": None, "upgraded_from": before, "half_installed": True}
     except (OSError, TypeError, ValueError, AttributeError):
         pass
 out["numpy"] = dist(["numpy"])[1]

@@ -110,6 +110,9 @@ def plan_nccl(interpreter, deepep_version, method, version):
     found = "torch loads NCCL %s%s" % (loaded or "?", "; %s %s%s" % (
         wheel["package"], wheel.get("version"), ", files replaced by the build of NCCL %s" % replaced.get("version")
         if replaced else ", upgraded from %s" % upgraded_from if upgraded_from else "") if wheel else "; no NCCL wheel")
+    if wheel.get("half_installed"):
+        found = ("torch loads no NCCL; %s half-installed (a pip changing it was stopped before it finished; torch came "
+                 "with %s)" % (wheel["package"], upgraded_from))
     if deepep_version != "v2":
         if replaced:
             return _entry("nccl", "change", found, "put the wheel's own NCCL files back (DeepEP V1 after V2)")

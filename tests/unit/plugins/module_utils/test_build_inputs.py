@@ -17,7 +17,7 @@ SETTINGS_OF_THE_ROLE = dict(
     prefix="/opt/deepep", cuda_home="/usr/local/cuda", arch_list=[], nvshmem_dir="/opt/deepep/nvshmem",
     nvshmem_version="3.4.5", nvshmem_planned="", nvshmem_35_fix=True, src="",
     git_url="https://github.com/deepseek-ai/DeepEP.git", git_ref="8a07e7e7ed57cfc63005f670d64d410cb30b061b",
-    build_user="deepep-build", build_jobs=0, cxx="g++", gcc="13.3.0")
+    build_user="deepep-build", build_jobs=0, cxx="g++", gcc="13.3.0", nccl_ahead=False)
 
 # A reading of the GPU test machine (H200, CUDA 13.0, torch 2.11.0+cu130), taken with the role's options.
 NODE = {
@@ -105,6 +105,32 @@ def test_the_compatibility_rules_stop_with_their_fix():
     planned = work_out(copy.deepcopy(NODE), dict(SETTINGS_OF_THE_ROLE, version="v2"), nccl_planned="2.30.4")
     assert planned["problems"] == []
     assert "NVSHMEM_DIR" not in planned["build"]["environment"]
+
+
+def test_a_half_installed_nccl_wheel_is_the_nccl_layers_to_finish_when_it_runs_next():
+    # A pip changing torch's NCCL wheel was stopped between its uninstall and its install: torch does not import.
+    node = copy.deepcopy(NODE)
+    node["interpreter"]["torch"] = {"version": None, "cuda": None, "nccl": None,
+                                    "error": "OSError: .../nvidia/nccl/lib/libnccl.so.2: cannot open shared object file"}
+    node["interpreter"]["nccl_wheel"] = {"package": "nvidia-nccl-cu13", "version": None, "dir": "/venv/nvidia/nccl",
+                                         "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}
+    said = ("DeepEP v1 cannot be built here: [input] torch is not importable by the build interpreter: its NCCL wheel "
+            "nvidia-nccl-cu13 is half-installed (a pip changing it was stopped before it finished; torch came with "
+            "2.28.9). Fix: run again with the nccl layer (without --tags, or with --tags nccl): it installs the wheel "
+            "again (DeepEP V1: nvidia-nccl-cu13==2.28.9; V2: nccl_version, with nccl_method wheel or source).")
+    assert inputs(node)["problems"] == [said]
+    # The nccl layer comes after this check: V1's installs 2.28.9 again, V2's its NCCL; the role checks again after.
+    assert inputs(node, nccl_ahead=True)["problems"] == []
+    v2 = work_out(copy.deepcopy(node), dict(SETTINGS_OF_THE_ROLE, version="v2", nccl_ahead=True), nccl_planned="2.30.7")
+    assert v2["problems"] == []
+    # V2 with nccl_method none (nothing planned): no layer puts a wheel there.
+    none = work_out(copy.deepcopy(node), dict(SETTINGS_OF_THE_ROLE, version="v2", nccl_ahead=True))
+    assert len(none["problems"]) == 1 and "half-installed" in none["problems"][0]
+    # torch not importable for another reason: as before, whatever comes after.
+    node["interpreter"]["nccl_wheel"] = None
+    assert inputs(node, nccl_ahead=True)["problems"] == [
+        "DeepEP v1 cannot be built here: [input] torch is not importable by the build interpreter. Fix: install the "
+        "pinned torch or point deepep_python at the interpreter that has it."]
 
 
 def test_the_toolkit_read_elsewhere_is_the_roles_own_reading():

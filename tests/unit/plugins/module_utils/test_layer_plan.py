@@ -48,6 +48,21 @@ def test_nccl_for_v1_is_torchs_own_and_a_v2_runs_change_is_undone():
                                                                "V2)")
 
 
+def test_nccl_wheel_half_installed_by_a_stopped_pip():
+    half = {"torch": {"version": None, "nccl": None},
+            "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": None, "dir": "/venv/nvidia/nccl",
+                           "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}}
+    found = ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
+             "torch came with 2.28.9)")
+    v1 = plan_nccl(half, "v1", "wheel", "2.30.7")
+    assert v1 == {"layer": "nccl", "status": "change", "found": found,
+                  "action": "pip-install nvidia-nccl-cu13==2.28.9 again, the version torch came with (DeepEP V1 after V2)"}
+    v2 = plan_nccl(half, "v2", "wheel", "2.30.7")
+    assert (v2["status"], v2["found"]) == ("change", found)
+    assert v2["action"] == ("pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for "
+                            "DeepEP V1)")
+
+
 def test_nccl_for_v2_by_method():
     assert plan_nccl(reading("2.28.9"), "v2", "wheel", "2.30.7")["action"] == (
         "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for DeepEP V1)")

@@ -12,6 +12,7 @@ import pytest
 from ansible_collections.moe_infra.deepep.plugins.modules import nccl_runtime as module
 from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (
     build_nccl_stub,
+    killed_pip_interpreter,
     make_pip_site,
     make_python_site,
     nccl_wheel,
@@ -202,6 +203,56 @@ def test_the_record_is_written_before_pip_and_left_as_it_was_when_pip_fails(run_
     forgotten, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
     assert not failed and forgotten["changed"] is True and forgotten["action"] == "none"
     assert not record.exists() and wheel_version(python) == "2.28.9"
+
+
+def pip_leftovers(nccl_dir):
+    site = nccl_dir.parent.parent
+    return sorted([str(path) for path in nccl_dir.iterdir() if path.name.startswith("~")]
+                  + [str(path) for path in site.iterdir() if path.name.startswith("~") and "nccl" in path.name])
+
+
+def test_a_pip_killed_between_its_uninstall_and_its_install_is_finished_by_the_next_run(run_module, tmp_path, wheels):
+    # SIGKILL to pip (the OOM killer, kill -9) after it moved 2.28.9's files to its stash and before it wrote any of
+    # the new wheel's (the fixture's wrapper): no NCCL wheel installed, torch cannot load NCCL, the record there.
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python")
+    record = {"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
+
+    def half_installed():
+        result, failed = run_module(module, dict(args, python=killed, version="2.30.7", state="upgraded"))
+        assert failed and result["msg"].startswith(
+            "nccl: pip could not install nvidia-nccl-cu13==2.30.7 into %s; torch's NCCL wheel stays half-installed (no "
+            "nvidia-nccl-cu13 installed: a pip changing it was stopped before it finished; torch cannot load NCCL until "
+            "one is): run again (the nccl layer installs it then), or set nccl_method: source. pip: pip was killed by "
+            "signal 9 (SIGKILL)" % killed), result["msg"]
+        assert json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == record
+        missing = subprocess.run([python, "-c", "import importlib.metadata as md; md.version('nvidia-nccl-cu13')"],
+                                 capture_output=True, text=True, check=False)
+        assert "PackageNotFoundError" in missing.stderr
+        assert not (nccl_dir / "lib" / "libnccl.so.2").exists() and pip_leftovers(nccl_dir)
+
+    # DeepEP V1 (the restore): the source method's first task keeps the record, the reinstall finishes the job.
+    half_installed()
+    kept, failed = run_module(module, dict(args, state="absent"))
+    assert not failed and kept["changed"] is False and kept["wheel_upgrade"] == record, kept
+    assert (nccl_dir / module.WHEEL_RECORD).exists()
+    leftovers = pip_leftovers(nccl_dir)
+    back, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and back["action"] == "reinstalled" and back["pip_installed"] == "nvidia-nccl-cu13==2.28.9", back
+    assert back["loaded_version"] == "2.28.9" and wheel_version(python) == "2.28.9"
+    assert back["pip_leftovers_removed"] == leftovers and not pip_leftovers(nccl_dir)
+    assert not (nccl_dir / module.WHEEL_RECORD).exists()
+    listed = subprocess.run([python, "-m", "pip", "list"], capture_output=True, text=True, check=True)
+    assert "Ignoring invalid distribution" not in listed.stderr, listed.stderr
+
+    # DeepEP V2 run again: the pin installed, and the version to go back to is still the one torch came with.
+    half_installed()
+    done, failed = run_module(module, dict(args, version="2.30.7", state="upgraded"))
+    assert not failed and done["action"] == "upgraded" and done["loaded_version"] == "2.30.7", done
+    assert done["wheel_upgrade"] == record and json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == record
+    assert done["pip_leftovers_removed"] and not pip_leftovers(nccl_dir)
+    again, failed = run_module(module, dict(args, version="2.30.7", state="upgraded"))
+    assert not failed and again["changed"] is False and again["pip_leftovers_removed"] == []
 
 
 def test_a_pip_that_cannot_install_the_version_before_keeps_the_record(run_module, tmp_path, wheels):

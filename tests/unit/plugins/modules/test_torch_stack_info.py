@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
+import subprocess
 
 import pytest
 
 from ansible_collections.moe_infra.deepep.plugins.modules import torch_stack_info as module
 from ansible_collections.moe_infra.deepep.tests.fixtures.build_user import BUILD_USER, open_to_others
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (make_python_site, probes_overlapped,
-                                                                             timing_interpreter)
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (killed_pip_interpreter, make_pip_site,
+                                                                             make_python_site, nccl_wheel,
+                                                                             probes_overlapped, timing_interpreter)
 
 
 def test_gpu_machine_like_stack(run_module, tmp_path):
@@ -71,6 +74,30 @@ def test_says_which_version_the_nccl_layer_upgraded_the_wheel_from(run_module, t
         # Only a version reaches pip's requirement.
         record.write('{"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9 --pre"}')
     assert run_module(module, {"python": python})[0]["nccl_wheel"]["upgraded_from"] is None
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc for the libnccl stand-ins")
+def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, tmp_path):
+    """pip killed between its uninstall of torch's 2.28.9 and its install of 2.30.7 (the fixture's wrapper), with
+    the nccl layer's record written before it: no NCCL wheel, torch not importable, the version to install again."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    nccl_wheel(wheels, (2, 30, 7))
+    python = make_pip_site(tmp_path / "site", wheels)
+    nccl_dir = tmp_path / "site" / "site-packages" / "nvidia" / "nccl"
+    (nccl_dir / ".moe_infra_nccl_wheel.json").write_text(
+        '{"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}')
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python")
+    subprocess.run([killed, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels),
+                    "nvidia-nccl-cu13==2.30.7"], check=False)
+    result, failed = run_module(module, {"python": python})
+    assert not failed, result
+    assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
+                                    "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}
+    assert result["torch"]["version"] is None and "libnccl.so.2" in result["torch"]["error"]
+    (nccl_dir / ".moe_infra_nccl_wheel.json").unlink()  # no record: not the nccl layer's to finish
+    assert run_module(module, {"python": python})[0]["nccl_wheel"] is None
 
 
 def test_wheel_without_ibgda_and_missing_nvshmem(run_module, tmp_path):
