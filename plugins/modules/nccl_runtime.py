@@ -33,7 +33,7 @@ description:
     is installed again with the interpreter's pip, then the record is forgotten. A pip that cannot install it
     fails the task and keeps the record for the next run.
   - A wheel half-installed (the record there and no NCCL wheel installed, what a pip killed between its uninstall
-    and its install leaves, torch unable to load NCCL) is taken as the record's: V(upgraded) installs O(version)
+    and its install leaves, torch unable to load NCCL) is taken as the record's. V(upgraded) installs O(version)
     and keeps the version the record names to go back to, V(absent) with O(reinstall_wheel) installs that version
     again, V(absent) without it keeps the record. Once pip has installed the wheel, what the stopped pip left of it
     (directories named C(~...) beside its files and its dist-info) is removed.

@@ -106,7 +106,7 @@ nccl_wheel:
     the version the nccl layer's wheel method upgraded the wheel from (its record, C(.moe_infra_nccl_wheel.json),
     while the wheel is still the version it installed), or null. C(half_installed) is true when no NCCL wheel is
     installed and its directory still holds that record (a pip changing the wheel was stopped between its
-    uninstall and its install): C(version) is then null and C(upgraded_from) the version to install again.
+    uninstall and its install); C(version) is then null and C(upgraded_from) the version to install again.
   returned: always
   type: dict
 numpy:

@@ -394,7 +394,11 @@ def torch_abi_changed(ev):
     if not built:
         return NOT_APPLICABLE, "DeepEP not built by this collection here"
     if not installed:
-        return UNKNOWN, "torch not importable by %s" % (python.get("python") or "the probe")
+        wheel = python.get("nccl_wheel") or {}
+        half = (": its NCCL wheel %s is half-installed (a pip changing it was stopped before it finished); the nccl "
+                "layer installs it again (run playbooks/deepep.yml)" % wheel.get("package")
+                if wheel.get("half_installed") else "")
+        return UNKNOWN, "torch not importable by %s%s" % (python.get("python") or "the probe", half)
     if (python.get("deep_ep") or {}).get("undefined_symbol") or installed != built:
         return PROBLEM, "DeepEP stamp: torch %s; installed: torch %s" % (built, installed)
     return OK, "torch %s, as built" % installed

@@ -287,6 +287,19 @@ def test_v2_cuda_from_the_toolkit_or_the_build_log():
     assert logged["status"] == "problem"
 
 
+def test_kf18_says_when_a_stopped_pip_is_why_torch_does_not_import():
+    ev = evidence()
+    ev["python"]["torch"].update(version=None)
+    assert status_of("KF18", ev)["evidence"] == "torch not importable by %s" % ev["python"]["python"]
+    ev["python"]["nccl_wheel"] = {"package": "nvidia-nccl-cu13", "version": None, "upgraded_from": "2.28.9",
+                                  "half_installed": True}
+    finding = status_of("KF18", ev)
+    assert (finding["status"], finding["evidence"]) == (
+        "unknown", "torch not importable by %s: its NCCL wheel nvidia-nccl-cu13 is half-installed (a pip changing it "
+                   "was stopped before it finished); the nccl layer installs it again (run playbooks/deepep.yml)"
+        % ev["python"]["python"])
+
+
 def test_kf36_is_the_h200_without_nics_case():
     # The GPU machine of this project: no HCAs, and an env script exporting IBGDA anyway.
     finding = status_of("KF36", evidence(no_hcas))
