@@ -661,7 +661,7 @@ def v2_from_the_nccl_wheel(node, **more):
     wheels = node["tmp"] / "wheels"
     wheels.mkdir()
     nccl_wheel(wheels, (2, 28, 9))
-    nccl_wheel(wheels, (2, 30, 7))
+    nccl_wheel(wheels, (2, 30, 7), padding=1 << 20)  # cut short by a killed pip, loading it dies of SIGBUS
     python = make_pip_site(node["tmp"] / "pip-site", wheels)
     v2 = dict(v2_inputs(node, deepep_jit_warmup=False), deepep_python=python, nccl_method="wheel",
               nccl_pip_extra_args="--no-index --find-links %s" % wheels, **more)
@@ -795,13 +795,14 @@ def test_ctrl_c_while_pip_upgrades_the_nccl_wheel_leaves_v1_what_to_put_back(nod
 
 
 def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1_or_v2_run(node):
-    # pip killed with SIGKILL (the OOM killer, kill -9) between its uninstall of torch's 2.28.9 and its install of
-    # 2.30.7 (the fixture's wrapper interpreter): no NCCL wheel installed and torch does not import. Said so; then a
-    # DeepEP V1 run installs 2.28.9 again, and after the same once more, a whole V2 run installs the pin and builds.
+    # pip killed with SIGKILL (the OOM killer, kill -9) after its uninstall of torch's 2.28.9, half-way through
+    # writing 2.30.7's library (the fixture's wrapper interpreter; the GPU machine's case): no NCCL wheel installed,
+    # and importing torch dies of SIGBUS. Said so; then a DeepEP V1 run installs 2.28.9 again, and after the same
+    # once more, a whole V2 run installs the pin and builds.
     v2, python, wheels = v2_from_the_nccl_wheel(node)
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
-    killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python")
+    killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python", during="library")
     said = "torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished"
 
     def wheel_version():

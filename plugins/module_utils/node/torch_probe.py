@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 
@@ -84,6 +85,11 @@ out["numpy"] = dist(["numpy"])[1]
 # The interpreter's own pip (python -m pip), which the nccl layer's wheel method runs.
 out["pip"] = dist(["pip"])[1]
 try:
+    # A library pip was writing when it was stopped can be cut short: loading it kills the process (SIGBUS), and
+    # with it this reading. Not imported, torch is said not importable, and why.
+    if (out["nccl_wheel"] or {}).get("half_installed"):
+        raise ImportError("not imported: its NCCL wheel %s is half-installed (a pip changing it was stopped before it "
+                          "finished; the libnccl.so.2 it was writing may be cut short)" % out["nccl_wheel"]["package"])
     import torch
     out["torch"]["version"] = torch.__version__
     out["torch"]["cuda"] = torch.version.cuda
@@ -127,9 +133,36 @@ def loaded():
         return sorted(paths)
     except OSError:
         return None
+def nccl_half_installed():
+    """Why torch is not imported: no NCCL wheel installed while its directory holds the nccl layer's wheel record
+    (a pip changing it was stopped; the libnccl.so.2 it was writing can be cut short, and loading that kills the
+    process); None otherwise."""
+    import importlib.metadata as md, importlib.util, os
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            md.version(name)
+            return None
+        except md.PackageNotFoundError:
+            pass
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return None
+    where = list(spec.submodule_search_locations or [])[:1] if spec else []
+    if where and os.path.exists(os.path.join(where[0], ".moe_infra_nccl_wheel.json")):
+        return ("ImportError: not imported: torch's NCCL wheel is half-installed (a pip changing it was stopped "
+                "before it finished)")
+    return None
+class HalfInstalled(Exception):
+    pass
 try:
+    half = nccl_half_installed()
+    if half:
+        raise HalfInstalled(half)
     import deep_ep
     print(json.dumps({"importable": True, "file": deep_ep.__file__, "error": None, "nvshmem_host_loaded": loaded()}))
+except HalfInstalled as exc:
+    print(json.dumps({"importable": False, "file": None, "error": str(exc), "nvshmem_host_loaded": None}))
 except Exception as exc:
     print(json.dumps({"importable": False, "file": None, "error": "%s: %s" % (type(exc).__name__, exc),
                       "nvshmem_host_loaded": None}))
@@ -345,7 +378,11 @@ def _answer(module, python, probe):
     """The JSON line of one run_probes_cached answer, or the module fails saying what the interpreter printed."""
     rc, out, err, dummy = probe
     if rc != 0:
-        module.fail_json(msg="%s could not run the probe: %s" % (python, (err or out).strip()[-2000:]), rc=rc)
+        # Killed by a signal (a library cut short: SIGBUS), the interpreter prints nothing: the signal says it.
+        died = -rc if rc < 0 else rc - 128 if 128 < rc < 128 + 65 else None
+        said = (err or out).strip()[-2000:] or ("it died of signal %d (%s) and printed nothing" % (
+            died, signal.Signals(died).name if died in set(signal.Signals) else "?") if died else "exit %d" % rc)
+        module.fail_json(msg="%s could not run the probe: %s" % (python, said), rc=rc)
     try:
         return json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):

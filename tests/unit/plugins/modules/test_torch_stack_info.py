@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -83,21 +84,40 @@ def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     nccl_wheel(wheels, (2, 28, 9))
-    nccl_wheel(wheels, (2, 30, 7))
+    nccl_wheel(wheels, (2, 30, 7), padding=1 << 20)
     python = make_pip_site(tmp_path / "site", wheels)
     nccl_dir = tmp_path / "site" / "site-packages" / "nvidia" / "nccl"
     (nccl_dir / ".moe_infra_nccl_wheel.json").write_text(
         '{"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}')
-    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python")
+    # pip killed while it wrote 2.30.7's library: half of it there, and loading it kills the process (SIGBUS).
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python", during="library")
     subprocess.run([killed, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels),
                     "nvidia-nccl-cu13==2.30.7"], check=False)
+    loaded = subprocess.run([python, "-c", "import torch"], check=False)
+    assert loaded.returncode == -signal.SIGBUS
     result, failed = run_module(module, {"python": python})
     assert not failed, result
     assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
                                     "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}
-    assert result["torch"]["version"] is None and "libnccl.so.2" in result["torch"]["error"]
-    (nccl_dir / ".moe_infra_nccl_wheel.json").unlink()  # no record: not the nccl layer's to finish
-    assert run_module(module, {"python": python})[0]["nccl_wheel"] is None
+    assert result["torch"]["version"] is None and result["torch"]["error"] == (
+        "ImportError: not imported: its NCCL wheel nvidia-nccl-cu13 is half-installed (a pip changing it was stopped "
+        "before it finished; the libnccl.so.2 it was writing may be cut short)")
+    assert result["deep_ep"]["importable"] is False and result["deep_ep"]["error"] == (
+        "ImportError: not imported: torch's NCCL wheel is half-installed (a pip changing it was stopped before it "
+        "finished)")
+    # No record (a pip that was not the nccl layer's): torch is imported and the reading says how it died.
+    (nccl_dir / ".moe_infra_nccl_wheel.json").unlink()
+    result, failed = run_module(module, {"python": python})
+    assert failed and result["msg"] == "%s could not run the probe: it died of signal 7 (SIGBUS) and printed nothing" % python
+
+
+def test_an_interpreter_killed_by_a_signal_is_said_so(run_module, tmp_path):
+    # What loading a library cut short does (SIGBUS): the interpreter prints nothing, the signal is the news.
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nkill -BUS $$\n")
+    python.chmod(0o755)
+    result, failed = run_module(module, {"python": str(python)})
+    assert failed and result["msg"] == "%s could not run the probe: it died of signal 7 (SIGBUS) and printed nothing" % python
 
 
 def test_wheel_without_ibgda_and_missing_nvshmem(run_module, tmp_path):
