@@ -42,7 +42,8 @@ def work_out(node, settings, cuda_probed=None, nccl_planned=None):
     """node: ansible_facts.deepep (None before the preflight role); settings: SETTINGS (python: the build
     interpreter, the given deepep_python or the role's venv's; interpreter_known, cuda_known: whether the reading
     is of that interpreter, as the role reads it, and of the toolkit at cuda_home; gcc: the compiler version this
-    run read; nccl_ahead: whether the nccl layer runs after this check in this run); cuda_probed: the role's own toolkit reading (deepep_facts, gather_subset cuda) (used when the reading's toolkit is another);
+    run read; nccl_ahead: whether the nccl layer runs after this check in this run); cuda_probed: the role's own
+    toolkit reading (deepep_facts, gather_subset cuda), used when the reading's toolkit is another;
     nccl_planned: the NCCL version the nccl layer of this run will provide (V2), else None.
 
     Returns {python_exists, problems: [one sentence each, with its fix], gate: deepep_compat's answer (None without

@@ -213,8 +213,8 @@ def pip_leftovers(nccl_dir):
 
 
 @pytest.mark.parametrize("during", ["install", "library"])
-def test_a_pip_killed_between_its_uninstall_and_its_install_is_finished_by_the_next_run(run_module, tmp_path, wheels,
-                                                                                       during):
+def test_a_pip_killed_between_its_uninstall_and_its_install_is_finished_by_the_next_run(
+        run_module, tmp_path, wheels, during):
     # SIGKILL to pip (the OOM killer, kill -9) after it moved 2.28.9's files to its stash, before it wrote any of
     # the new wheel's or while it wrote the library (the fixture's wrapper): no NCCL wheel installed, torch cannot
     # load NCCL, the record there.
