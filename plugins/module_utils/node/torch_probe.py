@@ -20,7 +20,32 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivilege
     start_as,
 )
 
-PROBE = r'''
+# Shared by both probes: the nccl layer's wheel record when no NCCL wheel is installed (a pip changing it was stopped
+# between its uninstall and its install; the libnccl.so.2 it was writing can be cut short, and loading that kills
+# the process with SIGBUS), else None. Only a package name and a version are taken from it.
+HALF_INSTALLED = r'''
+def nccl_half_installed():
+    import importlib.metadata as md, importlib.util, json, os, re
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            md.version(name)
+            return None
+        except md.PackageNotFoundError:
+            pass
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+        where = list(spec.submodule_search_locations)[0]
+        with open(os.path.join(where, ".moe_infra_nccl_wheel.json")) as handle:
+            record = json.load(handle)
+        package, before = record.get("package"), record.get("version_before")
+    except Exception:
+        return None
+    if re.match(r"^nvidia-nccl-cu[0-9]+$", str(package)) and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before)):
+        return {"package": package, "version_before": before, "dir": where}
+    return None
+'''
+
+PROBE = HALF_INSTALLED + r'''
 import glob, importlib.metadata as md, importlib.util, json, os, re, sys
 out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "torch": {"version": None, "cuda": None, "nccl": None},
        "nvshmem_wheel": None, "nccl_wheel": None, "numpy": None, "pip": None}
@@ -67,20 +92,12 @@ if name:
             out["nccl_wheel"]["upgraded_from"] = before
     except (OSError, TypeError, ValueError, AttributeError):
         pass
-elif package_dir("nvidia.nccl"):
-    # No NCCL wheel installed, and its directory still holds the wheel method's record: a pip that was changing the
-    # wheel was stopped between its uninstall and its install (torch cannot load NCCL). The nccl layer installs the
-    # version the record names to go back to (V1), or the pin (V2).
-    try:
-        with open(os.path.join(package_dir("nvidia.nccl"), ".moe_infra_nccl_wheel.json")) as record:
-            record = json.load(record)
-        before = record.get("version_before")
-        if (re.match(r"^nvidia-nccl-cu[0-9]+$", str(record.get("package")))
-                and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before))):
-            out["nccl_wheel"] = {"package": record["package"], "version": None, "dir": package_dir("nvidia.nccl"),
-                                 "replaced_by": None, "upgraded_from": before, "half_installed": True}
-    except (OSError, TypeError, ValueError, AttributeError):
-        pass
+else:
+    # Half-installed: the nccl layer installs the version the record names to go back to (V1), or the pin (V2).
+    half = nccl_half_installed()
+    if half:
+        out["nccl_wheel"] = {"package": half["package"], "version": None, "dir": half["dir"], "replaced_by": None,
+                             "upgraded_from": half["version_before"], "half_installed": True}
 out["numpy"] = dist(["numpy"])[1]
 # The interpreter's own pip (python -m pip), which the nccl layer's wheel method runs.
 out["pip"] = dist(["pip"])[1]
@@ -124,7 +141,7 @@ print(json.dumps(out))
 '''
 
 # After the import, /proc/self/maps says which libnvshmem_host the process really loaded (KF05, KF16).
-IMPORT_PROBE = r'''
+IMPORT_PROBE = HALF_INSTALLED + r'''
 import json
 def loaded():
     try:
@@ -133,32 +150,12 @@ def loaded():
         return sorted(paths)
     except OSError:
         return None
-def nccl_half_installed():
-    """Why torch is not imported: no NCCL wheel installed while its directory holds the nccl layer's wheel record
-    (a pip changing it was stopped; the libnccl.so.2 it was writing can be cut short, and loading that kills the
-    process); None otherwise."""
-    import importlib.metadata as md, importlib.util, os
-    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
-        try:
-            md.version(name)
-            return None
-        except md.PackageNotFoundError:
-            pass
-    try:
-        spec = importlib.util.find_spec("nvidia.nccl")
-    except (ImportError, ValueError):
-        return None
-    where = list(spec.submodule_search_locations or [])[:1] if spec else []
-    if where and os.path.exists(os.path.join(where[0], ".moe_infra_nccl_wheel.json")):
-        return ("ImportError: not imported: torch's NCCL wheel is half-installed (a pip changing it was stopped "
-                "before it finished)")
-    return None
 class HalfInstalled(Exception):
     pass
 try:
-    half = nccl_half_installed()
-    if half:
-        raise HalfInstalled(half)
+    if nccl_half_installed():
+        raise HalfInstalled("ImportError: not imported: torch's NCCL wheel is half-installed (a pip changing it was "
+                            "stopped before it finished)")
     import deep_ep
     print(json.dumps({"importable": True, "file": deep_ep.__file__, "error": None, "nvshmem_host_loaded": loaded()}))
 except HalfInstalled as exc:
