@@ -797,8 +797,9 @@ def test_ctrl_c_while_pip_upgrades_the_nccl_wheel_leaves_v1_what_to_put_back(nod
 def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1_or_v2_run(node):
     # pip killed with SIGKILL (the OOM killer, kill -9) after its uninstall of torch's 2.28.9, half-way through
     # writing 2.30.7's library (the fixture's wrapper interpreter; the GPU machine's case): no NCCL wheel installed,
-    # and importing torch dies of SIGBUS. Said so; then a DeepEP V1 run installs 2.28.9 again, and after the same
-    # once more, a whole V2 run installs the pin and builds.
+    # and importing torch dies of SIGBUS. Said so; --check for V1 and V2 says what each would install and changes
+    # nothing; then a DeepEP V1 run installs 2.28.9 again, and after the same once more, a whole V2 run installs the
+    # pin and builds.
     v2, python, wheels = v2_from_the_nccl_wheel(node)
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
@@ -825,6 +826,15 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     killed_v2()
     v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
           "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
+    back = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch came with again (a V2 run upgraded it)]"
+    # --check on the half-installed node: each version's nccl layer says what it would install, and nothing changes.
+    for variables, task in ((v1, back), (v2, "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch loads, "
+                                             "at the pinned version]")):
+        before = leftovers()
+        rc, changed, out = run(node, "-e", json.dumps(variables), "--check")
+        assert rc == 0 and said in re.sub(r"\s+", " ", out) and "changed: [localhost]" in task_lines(out, task), out
+        assert wheel_version() == "" and leftovers() == before and json.loads(record.read_text()) == {
+            "package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
     rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
     flat = re.sub(r"\s+", " ", out)
     assert rc == 0 and said in flat and "pip-install nvidia-nccl-cu13==2.28.9 again" in flat, out
