@@ -83,14 +83,15 @@ python_version:
   sample: 3.12.3
 torch:
   description:
-    - C(version), C(cuda) (the CUDA torch was built with); null values when torch is missing.
+    - C(version), C(cuda) (the CUDA torch was built with); null values when torch is missing or cannot be imported
+      (C(error) says why). C(installed) is the version of the torch distribution, read without importing it.
     - C(nccl) is the version of the libnccl the import loaded, from its C(ncclGetVersion) (C(nccl_lib), its path;
       C(nccl_libs) lists every libnccl loaded, two being DeepEP V2's duplicate-runtime failure). When no libnccl
       was loaded it is C(nccl_compiled), the version torch was compiled against (C(torch.cuda.nccl.version()),
       which does not change when a newer NCCL is put in place of the wheel's).
   returned: always
   type: dict
-  sample: {version: 2.11.0+cu130, cuda: "13.0", nccl: 2.30.7, nccl_compiled: 2.28.9,
+  sample: {version: 2.11.0+cu130, installed: 2.11.0+cu130, cuda: "13.0", nccl: 2.30.7, nccl_compiled: 2.28.9,
            nccl_lib: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2,
            nccl_libs: [/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2]}
 nvshmem_wheel:

@@ -289,18 +289,22 @@ def test_torch_pin_from_an_index_of_another_cuda_build_is_refused_before_any_cha
     assert not node["prefix"].exists()
 
 
-def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
-    # The system layers report only (this host must not be reconfigured), on the node's fixture trees: a node with
-    # its NVIDIA driver loaded (preflight refuses one without, the doctor's DRIVER).
+def site_args(node):
+    """site.yml's extra arguments on the node's fixture trees: the system layers report only (this host must not be
+    reconfigured), with its NVIDIA driver loaded (preflight refuses one without, the doctor's DRIVER)."""
     write_nvidia_params(str(node["tmp"] / "proc"))
     write_nvidia_module_version(str(node["sysfs"]))
-    site = ["-e", "@%s" % os.path.join(REPO, "playbooks", "vars", "report-only.yml"), "-e", json.dumps({
+    return ["-e", "@%s" % os.path.join(REPO, "playbooks", "vars", "report-only.yml"), "-e", json.dumps({
         "doca_ofed_sysfs_root": str(node["sysfs"]), "nvidia_peermapping_sysfs_root": str(node["sysfs"]),
         "nvidia_peermapping_procfs_root": str(node["tmp"] / "proc"),
         "nvidia_peermapping_modprobe_dir": str(node["tmp"] / "modprobe.d"),
         "cuda_version": "13.0", "deepep_site_report_dir": str(node["tmp"] / "site"),
         # Locked memory on the fixture tree, with no user's login or service to check here.
         "memlock_root": str(node["tmp"]), "memlock_verify_user": ""})]
+
+
+def test_site_runs_every_layer_in_order_then_nothing_to_do(node):
+    site = site_args(node)
     rc, changed, out = run(node, *site, playbook="site.yml")
     assert rc == 0, out
     order = re.findall(r"^PLAY \[(.*?)\]", out, re.M)
@@ -798,8 +802,8 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     # pip killed with SIGKILL (the OOM killer, kill -9) after its uninstall of torch's 2.28.9, half-way through
     # writing 2.30.7's library (the fixture's wrapper interpreter; the GPU machine's case): no NCCL wheel installed,
     # and importing torch dies of SIGBUS. Said so; --check for V1 and V2 says what each would install and changes
-    # nothing; then a DeepEP V1 run installs 2.28.9 again, and after the same once more, a whole V2 run installs the
-    # pin and builds.
+    # nothing; then a DeepEP V1 run installs 2.28.9 again, and after the same once more, a whole V2 site.yml run
+    # installs the pin and builds.
     v2, python, wheels = v2_from_the_nccl_wheel(node)
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
@@ -841,7 +845,8 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     assert wheel_version() == "2.28.9" and not record.exists() and not leftovers()
 
     killed_v2()
-    rc, changed, out = run(node, "-e", json.dumps(v2))
+    # As a user runs it: site.yml's preflight leaves the wheel to the nccl layer (torch is installed, not imported).
+    rc, changed, out = run(node, *site_args(node), "-e", json.dumps(v2), playbook="site.yml")
     assert rc == 0 and said in re.sub(r"\s+", " ", out), out
     assert wheel_version() == "2.30.7" and not leftovers() and (node["prefix"] / "deepep" / "current").exists()
     assert json.loads(record.read_text())["version_before"] == "2.28.9"

@@ -99,6 +99,8 @@ else:
         out["nccl_wheel"] = {"package": half["package"], "version": None, "dir": half["dir"], "replaced_by": None,
                              "upgraded_from": half["version_before"], "half_installed": True}
 out["numpy"] = dist(["numpy"])[1]
+# torch's version as installed, read without importing it: known when the import is not tried (half-installed).
+out["torch"]["installed"] = dist(["torch"])[1]
 # The interpreter's own pip (python -m pip), which the nccl layer's wheel method runs.
 out["pip"] = dist(["pip"])[1]
 try:

@@ -311,6 +311,18 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
     torch_stack_info's result. nccl_planned: the NCCL the nccl layer of this run puts there (nccl_planned_version),
     which is what DeepEP will be built against. Returns [problem]."""
     torch = (stack.get("torch") or {}).get("version")
+    wheel = stack.get("nccl_wheel") or {}
+    if torch is None and wheel.get("half_installed"):
+        # Installed but not imported (a pip changing its NCCL wheel was stopped half-way): the nccl layer installs
+        # the wheel again (V1: the version torch came with; V2: what nccl_planned says) and the deepep role reads
+        # torch after it. Only V2 without an NCCL from this run is stopped here.
+        torch = (stack.get("torch") or {}).get("installed")
+        if deepep_version == "v2" and torch and not nccl_planned:
+            return [_problem("deepep_python", python, "a run with the nccl layer (without --tags, or with --tags "
+                             "nccl) and nccl_method wheel or source, which installs the NCCL wheel again, or "
+                             "deepep_version=v1",
+                             "its NCCL wheel %s is half-installed (a pip changing it was stopped before it "
+                             "finished): torch cannot load NCCL, and this run provides none" % wheel.get("package"))]
     if torch is None:
         return [_problem("deepep_python", python, "an interpreter with torch installed, or '' for the role's venv "
                          "with deepep_torch_version",

@@ -285,6 +285,36 @@ def test_the_nccl_layer_of_the_run_is_what_v2_is_checked_against():
     assert "DeepEP V2 needs torch >= 2.10" in torch["msg"]
 
 
+def _half_installed(installed="2.11.0+cu130"):
+    """torch_stack_info's result after a pip was killed between its uninstall of torch's NCCL wheel and its install
+    (the GPU machine's, docs/results/nccl-wheel-killed-pip-h200): torch not imported, its version from metadata."""
+    return {"torch": {"version": None, "cuda": None, "nccl": None, "installed": installed,
+                      "error": "ImportError: not imported: its NCCL wheel nvidia-nccl-cu13 is half-installed"},
+            "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": None, "dir": "/x", "replaced_by": None,
+                           "upgraded_from": "2.28.9", "half_installed": True}}
+
+
+def test_a_half_installed_nccl_wheel_is_left_to_the_nccl_layer_of_the_run():
+    # Not "it has no torch": V1's nccl layer installs torch's own again, V2's the NCCL it plans.
+    assert interpreter_problems(_half_installed(), "v1", "/p") == []
+    assert interpreter_problems(_half_installed(), "v2", "/p", nccl_planned="2.30.7") == []
+    # torch's installed version is still judged for V2, and so is the NCCL the layer would provide.
+    (torch,) = interpreter_problems(_half_installed("2.9.1+cu129"), "v2", "/p", nccl_planned="2.30.7")
+    assert "(its torch is 2.9.1+cu129; DeepEP V2 needs torch >= 2.10)" in torch["msg"]
+    (old,) = interpreter_problems(_half_installed(), "v2", "/p", nccl_planned="2.28.9")
+    assert old["var"] == "nccl_version"
+    # V2 with no NCCL from this run (nccl_method none, or a run without the nccl layer): named, with what to run.
+    (problem,) = interpreter_problems(_half_installed(), "v2", "/p")
+    assert problem["msg"] == (
+        "deepep_python: '/p' is not accepted (its NCCL wheel nvidia-nccl-cu13 is half-installed (a pip changing it "
+        "was stopped before it finished): torch cannot load NCCL, and this run provides none); accepted: a run "
+        "with the nccl layer (without --tags, or with --tags nccl) and nccl_method wheel or source, which installs "
+        "the NCCL wheel again, or deepep_version=v1")
+    # Without torch at all, still said so.
+    (problem,) = interpreter_problems(_half_installed(installed=None), "v1", "/p")
+    assert "(it has no torch)" in problem["msg"]
+
+
 def test_a_node_nccl_that_torch_loads_first_is_the_one_judged():
     """A node NCCL (GCP gIB's /usr/local/gib/lib64) that torch's import maps before the interpreter's nvidia/nccl
     one (through LD_PRELOAD: torch 2.11's RPATH beats LD_LIBRARY_PATH, docs/results/nccl-loader-h100)."""

@@ -23,7 +23,7 @@ def test_gpu_machine_like_stack(run_module, tmp_path):
     assert result["changed"] is False
     # The fixture torch loads no libnccl: the version it was compiled against is all there is to say.
     assert result["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9", "nccl_compiled": "2.28.9",
-                               "nccl_lib": None, "nccl_libs": []}
+                               "nccl_lib": None, "nccl_libs": [], "installed": "2.11.0+cu130"}
     wheel = result["nvshmem_wheel"]
     assert wheel["package"] == "nvidia-nvshmem-cu13" and wheel["version"] == "3.4.5"
     assert wheel["ibgda_transport"] is True and wheel["host_lib"].endswith("libnvshmem_host.so.3")
@@ -99,7 +99,9 @@ def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, 
     assert not failed, result
     assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
                                     "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}
-    assert result["torch"]["version"] is None and result["torch"]["error"] == (
+    # Not imported, but installed: its version from the metadata (the site preflight judges V2's torch by it).
+    assert result["torch"]["version"] is None and result["torch"]["installed"] == "2.11.0+cu130"
+    assert result["torch"]["error"] == (
         "ImportError: not imported: its NCCL wheel nvidia-nccl-cu13 is half-installed (a pip changing it was stopped "
         "before it finished; the libnccl.so.2 it was writing may be cut short)")
     assert result["deep_ep"]["importable"] is False and result["deep_ep"]["error"] == (
