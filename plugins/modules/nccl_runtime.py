@@ -37,6 +37,9 @@ description:
     and keeps the version the record names to go back to, V(absent) with O(reinstall_wheel) installs that version
     again, V(absent) without it keeps the record. Once pip has installed the wheel, what the stopped pip left of it
     (directories named C(~...) beside its files and its dist-info) is removed.
+  - Half-installed without the record (a pip that was not this module's, stopped the same way), the stash its
+    uninstall left of the dist-info it removed names the version it was replacing
+    (C(~vidia_nccl_cu13-2.28.9.dist-info)). V(upgraded) keeps that version as the one to go back to, V(absent) with O(reinstall_wheel) installs it again.
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
 author:
@@ -216,6 +219,7 @@ PACKAGE = re.compile(r"^nvidia-nccl-cu[0-9]+$")
 # pip's stash of an uninstalled dist-info (the name with its first letters replaced by ~), e.g.
 # ~vidia_nccl_cu13-2.28.9.dist-info.
 PIP_LEFTOVER_DIST = re.compile(r"^~[^/]*_nccl_cu[0-9]+-[0-9.]+\.dist-info$")
+PIP_STASH = re.compile(r"^~[^/]*_nccl_(cu[0-9]+)-([0-9]+(\.[0-9]+){1,3})\.dist-info$")
 # What to do when pip was killed (the OOM killer, kill -9): nothing is wrong with the index or the wheel.
 FIX_KILLED = "run again (the nccl layer installs it then)"
 FIX_PIP = ("make it reachable (nccl_pip_extra_args: an index, or --find-links to a directory with it) and run "
@@ -297,6 +301,22 @@ class NcclRuntime(object):
                                   % (self.params["python"], err.strip()))
         found = json.loads(out.strip().splitlines()[-1])
         return tuple(found) if found else (None, None)
+
+    @staticmethod
+    def stopped_pip(nccl_dir):
+        """With no NCCL wheel installed and no record of this module's: the wheel a pip that was not this module's
+        was changing when it was stopped, and the version it was replacing, from the stash its uninstall left of
+        the dist-info it removed ({package, version: None, version_before, pip_stash}); None when there is none."""
+        try:
+            names = sorted(os.listdir(os.path.dirname(os.path.dirname(nccl_dir))))
+        except OSError:
+            return None
+        for name in names:
+            found = PIP_STASH.match(name)
+            if found:
+                return dict(package="nvidia-nccl-" + found.group(1), version=None, version_before=found.group(2),
+                            pip_stash=name)
+        return None
 
     @staticmethod
     def read_record(nccl_dir, name=RECORD):
@@ -405,13 +425,21 @@ class NcclRuntime(object):
         reinstall_wheel, a record that still matches is undone first (pip installs the version before again)."""
         nccl_dir = result["nccl_dir"]
         record = self.read_record(nccl_dir, WHEEL_RECORD)
-        if record is None:
+        if record is None and not self.params["reinstall_wheel"]:
             return result
         dummy, installed = self.installed_wheel()
+        stopped = None
+        if record is None:
+            # No record, no wheel installed, and pip's stash beside its directory: another pip was stopped half-way.
+            # The version it was replacing is installed again (what torch loaded before that pip).
+            stopped = self.stopped_pip(nccl_dir) if installed is None else None
+            if stopped is None:
+                return result
+            record = stopped
         # No wheel installed while the record is there: a pip that was changing it (this module's, or the reinstall
         # below) was stopped before it finished. The record keeps the version to install again.
         if installed == record.get("version") or installed is None:
-            result["wheel_upgrade"] = record
+            result["wheel_upgrade"] = None if stopped else record
             if not self.params["reinstall_wheel"]:
                 return result
             package, before = record.get("package"), record.get("version_before")
@@ -429,14 +457,16 @@ class NcclRuntime(object):
                 result["changed"] = now != installed  # pip left the wheel as it was: nothing changed
                 state = ("at %s (the nccl layer's wheel method installed it for DeepEP V2)" % now if now
                          else self.wheel_state(now, package))
-                self.module.fail_json(msg="torch's NCCL wheel stays %s: pip could not install %s==%s, the version "
-                                          "torch came with; %s. pip: %s" % (state, package, before, fix, error),
-                                      **result)
+                self.module.fail_json(msg="torch's NCCL wheel stays %s: pip could not install %s==%s, %s; %s. "
+                                          "pip: %s" % (state, package, before, "the version a stopped pip was "
+                                                       "replacing" if stopped else "the version torch came with",
+                                                       fix, error), **result)
             result.update(wheel_upgrade=None, pip_installed="%s==%s" % (package, before),
                           pip_leftovers_removed=self.remove_pip_leftovers(nccl_dir))
         result["changed"] = True
         if not self.module.check_mode:
-            os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
+            if not stopped:
+                os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
             result["loaded_version"] = self.loaded_version(os.path.join(nccl_dir, LIB))[0]
         return result
 
@@ -490,6 +520,10 @@ class NcclRuntime(object):
         # Upgraded again, or a pip stopped half-way (no wheel installed): the first version is the one to go back to.
         if record and record.get("package") == package and installed in (record.get("version"), None):
             before = record.get("version_before")
+        elif record is None and installed is None:
+            # Another pip stopped half-way (its stash, no record): the version it was replacing is the one before.
+            stopped = self.stopped_pip(nccl_dir)
+            before = stopped["version_before"] if stopped and stopped["package"] == package else None
         want = None if before == version or not VERSION.match(str(before)) else dict(
             package=package, version=version, version_before=before)
         result["wheel_upgrade"] = want

@@ -100,14 +100,16 @@ nvshmem_wheel:
   returned: always
   type: dict
 nccl_wheel:
-  description: The NCCL wheel (C(package), C(version), C(dir), C(replaced_by), C(upgraded_from), C(half_installed));
-    null when none.
+  description: The NCCL wheel (C(package), C(version), C(dir), C(replaced_by), C(upgraded_from), C(half_installed),
+    C(pip_stash)); null when none.
     C(replaced_by) is the C(version) and C(build_dir) of the NCCL build the nccl layer put in place of the wheel's
     files (from its record, C(.moe_infra_nccl.json)), or null when the files are the wheel's. C(upgraded_from) is
     the version the nccl layer's wheel method upgraded the wheel from (its record, C(.moe_infra_nccl_wheel.json),
     while the wheel is still the version it installed), or null. C(half_installed) is true when no NCCL wheel is
     installed and its directory still holds that record (a pip changing the wheel was stopped between its
     uninstall and its install); C(version) is then null and C(upgraded_from) the version to install again.
+    Without the record (a pip that was not the nccl layer's), the same is read from the stash that pip's uninstall
+    left of the dist-info it removed, named in C(pip_stash) (C(~vidia_nccl_cu13-2.28.9.dist-info)); else null.
   returned: always
   type: dict
 numpy:

@@ -852,6 +852,52 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     assert json.loads(record.read_text())["version_before"] == "2.28.9"
 
 
+def test_another_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_run(node):
+    # A pip that was not the nccl layer's (a user's `pip install -U`: no record) killed with SIGKILL half-way through
+    # writing 2.30.7's library over torch's 2.28.9: importing torch dies of SIGBUS, which stopped every later run at
+    # preflight ("could not run the probe: it died of signal 7 (SIGBUS)"). The stash pip's uninstall left names
+    # 2.28.9: a V1 run installs it again; after the same once more, a whole V2 site.yml run installs the pin and
+    # builds, with 2.28.9 as the version to go back to.
+    v2, python, wheels = v2_from_the_nccl_wheel(node)
+    nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
+    record = nccl_dir / ".moe_infra_nccl_wheel.json"
+    killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python", during="library")
+    said = ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
+            "it was replacing 2.28.9)")
+
+    def wheel_version():
+        return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                              capture_output=True, text=True, check=False).stdout.strip()
+
+    def leftovers():
+        return [name for name in os.listdir(str(nccl_dir)) if name.startswith("~")] + [
+            name for name in os.listdir(str(nccl_dir.parent.parent)) if name.startswith("~") and "nccl" in name]
+
+    def user_pip_killed():
+        subprocess.run([killed, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels),
+                        "nvidia-nccl-cu13==2.30.7"], check=False)
+        assert wheel_version() == "" and leftovers() and not record.exists()
+        assert subprocess.run([python, "-c", "import torch"], check=False).returncode == -signal.SIGBUS
+
+    user_pip_killed()
+    v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
+          "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    flat = re.sub(r"\s+", " ", out)
+    assert rc == 0 and said in flat, out
+    assert "pip-install nvidia-nccl-cu13==2.28.9 again, the version a stopped pip was replacing" in flat, out
+    assert wheel_version() == "2.28.9" and not record.exists() and not leftovers()
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    assert rc == 0 and changed == 0, out
+
+    user_pip_killed()
+    rc, changed, out = run(node, *site_args(node), "-e", json.dumps(v2), playbook="site.yml")
+    assert rc == 0 and said in re.sub(r"\s+", " ", out), out
+    assert wheel_version() == "2.30.7" and not leftovers() and (node["prefix"] / "deepep" / "current").exists()
+    assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
+                                              "version_before": "2.28.9"}
+
+
 def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_wheel_stays_torchs(node):
     # The wheel method runs the interpreter's pip; one without (a venv made without it) is named before pip runs:
     # the wheel stays torch's, no DeepEP build is made.

@@ -57,8 +57,9 @@ def check(facts):
     if torch is None and half and not facts.get("nccl_layer_ahead"):
         problems.append(_problem(
             None, "torch is not importable by the build interpreter: its NCCL wheel %s is half-installed (a pip "
-                  "changing it was stopped before it finished; torch came with %s)"
-                  % (half["package"], half["upgraded_from"]),
+                  "changing it was stopped before it finished; %s %s)"
+                  % (half["package"], "it was replacing" if half.get("pip_stash") else "torch came with",
+                     half["upgraded_from"]),
             "run again with the nccl layer (without --tags, or with --tags nccl): it installs the wheel again "
             "(DeepEP V1: %s==%s; V2: nccl_version, with nccl_method wheel or source)"
             % (half["package"], half["upgraded_from"])))

@@ -20,9 +20,11 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.build.unprivilege
     start_as,
 )
 
-# Shared by both probes: the nccl layer's wheel record when no NCCL wheel is installed (a pip changing it was stopped
+# Shared by both probes: when no NCCL wheel is installed but its directory is there (a pip changing it was stopped
 # between its uninstall and its install; the libnccl.so.2 it was writing can be cut short, and loading that kills
-# the process with SIGBUS), else None. Only a package name and a version are taken from it.
+# the process with SIGBUS), the wheel and the version to install again, else None. From the nccl layer's wheel
+# record, or without one (a pip that was not the layer's) from the stash pip's uninstall left of the dist-info it
+# removed (~vidia_nccl_cu13-2.28.9.dist-info). Only a package name and a version are taken from either.
 HALF_INSTALLED = r'''
 def nccl_half_installed():
     import importlib.metadata as md, importlib.util, json, os, re
@@ -35,13 +37,25 @@ def nccl_half_installed():
     try:
         spec = importlib.util.find_spec("nvidia.nccl")
         where = list(spec.submodule_search_locations)[0]
+    except Exception:
+        return None
+    try:
         with open(os.path.join(where, ".moe_infra_nccl_wheel.json")) as handle:
             record = json.load(handle)
         package, before = record.get("package"), record.get("version_before")
+        if re.match(r"^nvidia-nccl-cu[0-9]+$", str(package)) and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before)):
+            return {"package": package, "version_before": before, "dir": where, "pip_stash": None}
     except Exception:
+        pass
+    try:
+        names = sorted(os.listdir(os.path.dirname(os.path.dirname(where))))
+    except OSError:
         return None
-    if re.match(r"^nvidia-nccl-cu[0-9]+$", str(package)) and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", str(before)):
-        return {"package": package, "version_before": before, "dir": where}
+    for name in names:
+        found = re.match(r"^~[^/]*_nccl_(cu[0-9]+)-([0-9]+(\.[0-9]+){1,3})\.dist-info$", name)
+        if found:
+            return {"package": "nvidia-nccl-" + found.group(1), "version_before": found.group(2), "dir": where,
+                    "pip_stash": name}
     return None
 '''
 
@@ -73,7 +87,7 @@ if name and root:
 name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
 if name:
     out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None,
-                         "upgraded_from": None, "half_installed": False}
+                         "upgraded_from": None, "half_installed": False, "pip_stash": None}
     # The nccl layer's record (nccl_runtime) where it put a build in place of the wheel's files, for DeepEP V2.
     try:
         with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl.json")) as record:
@@ -97,7 +111,8 @@ else:
     half = nccl_half_installed()
     if half:
         out["nccl_wheel"] = {"package": half["package"], "version": None, "dir": half["dir"], "replaced_by": None,
-                             "upgraded_from": half["version_before"], "half_installed": True}
+                             "upgraded_from": half["version_before"], "half_installed": True,
+                             "pip_stash": half["pip_stash"]}
 out["numpy"] = dist(["numpy"])[1]
 # torch's version as installed, read without importing it: known when the import is not tried (half-installed).
 out["torch"]["installed"] = dist(["torch"])[1]

@@ -110,15 +110,19 @@ def plan_nccl(interpreter, deepep_version, method, version):
     found = "torch loads NCCL %s%s" % (loaded or "?", "; %s %s%s" % (
         wheel["package"], wheel.get("version"), ", files replaced by the build of NCCL %s" % replaced.get("version")
         if replaced else ", upgraded from %s" % upgraded_from if upgraded_from else "") if wheel else "; no NCCL wheel")
+    # The version to install again: from the nccl layer's record (torch's own), or from the stash of another pip.
+    came_with = "it was replacing" if wheel.get("pip_stash") else "torch came with"
     if wheel.get("half_installed"):
-        found = ("torch loads no NCCL; %s half-installed (a pip changing it was stopped before it finished; torch came "
-                 "with %s)" % (wheel["package"], upgraded_from))
+        found = ("torch loads no NCCL; %s half-installed (a pip changing it was stopped before it finished; %s %s)"
+                 % (wheel["package"], came_with, upgraded_from))
     if deepep_version != "v2":
         if replaced:
             return _entry("nccl", "change", found, "put the wheel's own NCCL files back (DeepEP V1 after V2)")
         if upgraded_from:
-            return _entry("nccl", "change", found, "pip-install %s==%s again, the version torch came with (DeepEP "
-                          "V1 after V2)" % (wheel["package"], upgraded_from))
+            why = ("the version a stopped pip was replacing" if wheel.get("pip_stash")
+                   else "the version torch came with (DeepEP V1 after V2)")
+            return _entry("nccl", "change", found, "pip-install %s==%s again, %s" % (wheel["package"], upgraded_from,
+                                                                                     why))
         return _entry("nccl", "ok", found, "nothing: DeepEP V1 uses torch's own NCCL")
     at_least = (version_tuple(loaded) or ()) >= V2_MIN_NCCL
     if method == "none":

@@ -63,6 +63,19 @@ def test_nccl_wheel_half_installed_by_a_stopped_pip():
                             "DeepEP V1)")
 
 
+def test_nccl_wheel_half_installed_by_another_pip_names_the_version_it_was_replacing():
+    # No record of the nccl layer's: the version to install again is from pip's stash, not "torch came with".
+    half = {"torch": {"version": None, "nccl": None},
+            "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": None, "dir": "/venv/nvidia/nccl",
+                           "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
+                           "pip_stash": "~vidia_nccl_cu13-2.28.9.dist-info"}}
+    v1 = plan_nccl(half, "v1", "wheel", "2.30.7")
+    assert v1["found"] == ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped "
+                           "before it finished; it was replacing 2.28.9)")
+    assert v1["action"] == "pip-install nvidia-nccl-cu13==2.28.9 again, the version a stopped pip was replacing"
+    assert plan_nccl(half, "v2", "wheel", "2.30.7")["status"] == "change"
+
+
 def test_nccl_for_v2_by_method():
     assert plan_nccl(reading("2.28.9"), "v2", "wheel", "2.30.7")["action"] == (
         "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for DeepEP V1)")

@@ -261,6 +261,45 @@ def test_a_pip_killed_between_its_uninstall_and_its_install_is_finished_by_the_n
     assert not failed and again["changed"] is False and again["pip_leftovers_removed"] == []
 
 
+def test_another_pip_killed_half_way_is_finished_from_the_version_its_stash_names(run_module, tmp_path, wheels):
+    # A pip that was not this module's (no record: a user's `pip install -U`) killed while it wrote 2.30.7's library
+    # over torch's 2.28.9: its stash (~vidia_nccl_cu13-2.28.9.dist-info) names the version it was replacing.
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python", "library")
+
+    def user_pip_killed():
+        subprocess.run([killed, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels),
+                        "nvidia-nccl-cu13==2.30.7"], check=False)
+        missing = subprocess.run([python, "-c", "import importlib.metadata as md; md.version('nvidia-nccl-cu13')"],
+                                 capture_output=True, text=True, check=False)
+        assert "PackageNotFoundError" in missing.stderr and not (nccl_dir / module.WHEEL_RECORD).exists()
+        assert str(nccl_dir.parent.parent / "~vidia_nccl_cu13-2.28.9.dist-info") in pip_leftovers(nccl_dir)
+
+    # DeepEP V1: the restore without reinstall_wheel leaves it; with it, 2.28.9 is installed again, no record made.
+    user_pip_killed()
+    kept, failed = run_module(module, dict(args, state="absent"))
+    assert not failed and kept["changed"] is False, kept
+    checked, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True), check_mode=True)
+    assert not failed and checked["changed"] is True and checked["action"] == "reinstalled", checked
+    assert pip_leftovers(nccl_dir) and "PackageNotFoundError" in subprocess.run(
+        [python, "-c", "import importlib.metadata as md; md.version('nvidia-nccl-cu13')"], capture_output=True,
+        text=True, check=False).stderr
+    back, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and back["action"] == "reinstalled" and back["pip_installed"] == "nvidia-nccl-cu13==2.28.9", back
+    assert back["loaded_version"] == "2.28.9" and wheel_version(python) == "2.28.9" and back["wheel_upgrade"] is None
+    assert not pip_leftovers(nccl_dir) and not (nccl_dir / module.WHEEL_RECORD).exists()
+    again, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and again["changed"] is False, again
+
+    # DeepEP V2: the pin installed, and 2.28.9 recorded as the version to go back to.
+    user_pip_killed()
+    done, failed = run_module(module, dict(args, version="2.30.7", state="upgraded"))
+    assert not failed and done["action"] == "upgraded" and done["loaded_version"] == "2.30.7", done
+    record = {"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
+    assert done["wheel_upgrade"] == record and json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == record
+    assert not pip_leftovers(nccl_dir)
+
+
 def test_a_pip_that_cannot_install_the_version_before_keeps_the_record(run_module, tmp_path, wheels):
     python, nccl_dir, args = pip_site(tmp_path, wheels)
     done, failed = run_module(module, dict(args, version="2.30.7", state="upgraded"))

@@ -98,7 +98,8 @@ def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, 
     result, failed = run_module(module, {"python": python})
     assert not failed, result
     assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
-                                    "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}
+                                    "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
+                                    "pip_stash": None}
     # Not imported, but installed: its version from the metadata (the site preflight judges V2's torch by it).
     assert result["torch"]["version"] is None and result["torch"]["installed"] == "2.11.0+cu130"
     assert result["torch"]["error"] == (
@@ -107,8 +108,17 @@ def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, 
     assert result["deep_ep"]["importable"] is False and result["deep_ep"]["error"] == (
         "ImportError: not imported: torch's NCCL wheel is half-installed (a pip changing it was stopped before it "
         "finished)")
-    # No record (a pip that was not the nccl layer's): torch is imported and the reading says how it died.
+    # No record (a pip that was not the nccl layer's): the stash pip's uninstall left names the version it was
+    # replacing, and torch is not imported either.
     (nccl_dir / ".moe_infra_nccl_wheel.json").unlink()
+    result, failed = run_module(module, {"python": python})
+    assert not failed, result
+    assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
+                                    "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
+                                    "pip_stash": "~vidia_nccl_cu13-2.28.9.dist-info"}
+    assert result["torch"]["version"] is None and result["deep_ep"]["importable"] is False
+    # Neither record nor stash: torch is imported and the reading says how it died.
+    shutil.rmtree(str(tmp_path / "site" / "site-packages" / "~vidia_nccl_cu13-2.28.9.dist-info"))
     result, failed = run_module(module, {"python": python})
     assert failed and result["msg"] == "%s could not run the probe: it died of signal 7 (SIGBUS) and printed nothing" % python
 
