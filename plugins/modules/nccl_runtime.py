@@ -39,7 +39,8 @@ description:
     (directories named C(~...) beside its files and its dist-info) is removed.
   - Half-installed without the record (a pip that was not this module's, stopped the same way), the stash its
     uninstall left of the dist-info it removed names the version it was replacing
-    (C(~vidia_nccl_cu13-2.28.9.dist-info)). V(upgraded) keeps that version as the one to go back to, V(absent) with O(reinstall_wheel) installs it again.
+    (C(~vidia_nccl_cu13-2.28.9.dist-info)). V(upgraded) keeps that version as the one to go back to, V(absent)
+    with O(reinstall_wheel) installs it again.
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
 author:
@@ -218,7 +219,6 @@ VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
 PACKAGE = re.compile(r"^nvidia-nccl-cu[0-9]+$")
 # pip's stash of an uninstalled dist-info (the name with its first letters replaced by ~), e.g.
 # ~vidia_nccl_cu13-2.28.9.dist-info.
-PIP_LEFTOVER_DIST = re.compile(r"^~[^/]*_nccl_cu[0-9]+-[0-9.]+\.dist-info$")
 PIP_STASH = re.compile(r"^~[^/]*_nccl_(cu[0-9]+)-([0-9]+(\.[0-9]+){1,3})\.dist-info$")
 # What to do when pip was killed (the OOM killer, kill -9): nothing is wrong with the index or the wheel.
 FIX_KILLED = "run again (the nccl layer installs it then)"
@@ -570,7 +570,7 @@ class NcclRuntime(object):
         Returns the paths removed."""
         site = os.path.dirname(os.path.dirname(nccl_dir))
         found = [os.path.join(nccl_dir, name) for name in os.listdir(nccl_dir) if name.startswith("~")]
-        found += [os.path.join(site, name) for name in os.listdir(site) if PIP_LEFTOVER_DIST.match(name)]
+        found += [os.path.join(site, name) for name in os.listdir(site) if PIP_STASH.match(name)]
         for path in sorted(found):
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
