@@ -798,6 +798,18 @@ def test_ctrl_c_while_pip_upgrades_the_nccl_wheel_leaves_v1_what_to_put_back(nod
     assert json.loads(record.read_text())["version_before"] == "2.28.9"
 
 
+def nccl_wheel_version(python):
+    """The interpreter's nvidia-nccl-cu13 as its metadata says ('' when none is installed)."""
+    return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
+def pip_leftovers(nccl_dir):
+    """What a stopped pip left of the NCCL wheel: ~-named directories in its directory and its dist-info's stash."""
+    return [name for name in os.listdir(str(nccl_dir)) if name.startswith("~")] + [
+        name for name in os.listdir(str(nccl_dir.parent.parent)) if name.startswith("~") and "nccl" in name]
+
+
 def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1_or_v2_run(node):
     # pip killed with SIGKILL (the OOM killer, kill -9) after its uninstall of torch's 2.28.9, half-way through
     # writing 2.30.7's library (the fixture's wrapper interpreter; the GPU machine's case): no NCCL wheel installed,
@@ -810,21 +822,13 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python", during="library")
     said = "torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished"
 
-    def wheel_version():
-        return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
-                              capture_output=True, text=True, check=False).stdout.strip()
-
-    def leftovers():
-        return [name for name in os.listdir(str(nccl_dir)) if name.startswith("~")] + [
-            name for name in os.listdir(str(nccl_dir.parent.parent)) if name.startswith("~") and "nccl" in name]
-
     def killed_v2():
         rc, changed, out = run(node, "-e", json.dumps(dict(v2, deepep_python=killed)), "--tags", "nccl")
         assert rc != 0 and re.sub(r"\s+", " ", out).count(
             "torch's NCCL wheel stays half-installed (no nvidia-nccl-cu13 installed: a pip changing it was stopped "
             "before it finished; torch cannot load NCCL until one is): run again (the nccl layer installs it then), "
             "or set nccl_method: source. pip: pip was killed by signal 9 (SIGKILL)"), out
-        assert wheel_version() == "" and leftovers() and json.loads(record.read_text()) == {
+        assert nccl_wheel_version(python) == "" and pip_leftovers(nccl_dir) and json.loads(record.read_text()) == {
             "package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
 
     killed_v2()
@@ -834,21 +838,23 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     # --check on the half-installed node: each version's nccl layer says what it would install, and nothing changes.
     for variables, task in ((v1, back), (v2, "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch loads, "
                                              "at the pinned version]")):
-        before = leftovers()
+        before = pip_leftovers(nccl_dir)
         rc, changed, out = run(node, "-e", json.dumps(variables), "--check")
         assert rc == 0 and said in re.sub(r"\s+", " ", out) and "changed: [localhost]" in task_lines(out, task), out
-        assert wheel_version() == "" and leftovers() == before and json.loads(record.read_text()) == {
+        assert nccl_wheel_version(python) == "" and pip_leftovers(nccl_dir) == before
+        assert json.loads(record.read_text()) == {
             "package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
     rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
     flat = re.sub(r"\s+", " ", out)
     assert rc == 0 and said in flat and "pip-install nvidia-nccl-cu13==2.28.9 again" in flat, out
-    assert wheel_version() == "2.28.9" and not record.exists() and not leftovers()
+    assert nccl_wheel_version(python) == "2.28.9" and not record.exists() and not pip_leftovers(nccl_dir)
 
     killed_v2()
     # As a user runs it: site.yml's preflight leaves the wheel to the nccl layer (torch is installed, not imported).
     rc, changed, out = run(node, *site_args(node), "-e", json.dumps(v2), playbook="site.yml")
     assert rc == 0 and said in re.sub(r"\s+", " ", out), out
-    assert wheel_version() == "2.30.7" and not leftovers() and (node["prefix"] / "deepep" / "current").exists()
+    assert nccl_wheel_version(python) == "2.30.7" and not pip_leftovers(nccl_dir)
+    assert (node["prefix"] / "deepep" / "current").exists()
     assert json.loads(record.read_text())["version_before"] == "2.28.9"
 
 
@@ -865,18 +871,10 @@ def test_another_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_n
     said = ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
             "it was replacing 2.28.9)")
 
-    def wheel_version():
-        return subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
-                              capture_output=True, text=True, check=False).stdout.strip()
-
-    def leftovers():
-        return [name for name in os.listdir(str(nccl_dir)) if name.startswith("~")] + [
-            name for name in os.listdir(str(nccl_dir.parent.parent)) if name.startswith("~") and "nccl" in name]
-
     def user_pip_killed():
         subprocess.run([killed, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels),
                         "nvidia-nccl-cu13==2.30.7"], check=False)
-        assert wheel_version() == "" and leftovers() and not record.exists()
+        assert nccl_wheel_version(python) == "" and pip_leftovers(nccl_dir) and not record.exists()
         assert subprocess.run([python, "-c", "import torch"], check=False).returncode == -signal.SIGBUS
 
     user_pip_killed()
@@ -886,14 +884,15 @@ def test_another_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_n
     flat = re.sub(r"\s+", " ", out)
     assert rc == 0 and said in flat, out
     assert "pip-install nvidia-nccl-cu13==2.28.9 again, the version a stopped pip was replacing" in flat, out
-    assert wheel_version() == "2.28.9" and not record.exists() and not leftovers()
+    assert nccl_wheel_version(python) == "2.28.9" and not record.exists() and not pip_leftovers(nccl_dir)
     rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
     assert rc == 0 and changed == 0, out
 
     user_pip_killed()
     rc, changed, out = run(node, *site_args(node), "-e", json.dumps(v2), playbook="site.yml")
     assert rc == 0 and said in re.sub(r"\s+", " ", out), out
-    assert wheel_version() == "2.30.7" and not leftovers() and (node["prefix"] / "deepep" / "current").exists()
+    assert nccl_wheel_version(python) == "2.30.7" and not pip_leftovers(nccl_dir)
+    assert (node["prefix"] / "deepep" / "current").exists()
     assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
                                               "version_before": "2.28.9"}
 
