@@ -314,8 +314,8 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
     wheel = stack.get("nccl_wheel") or {}
     if torch is None and wheel.get("half_installed"):
         # Installed but not imported (a pip changing its NCCL wheel was stopped half-way): the nccl layer installs
-        # the wheel again (V1: the version torch came with; V2: what nccl_planned says) and the deepep role reads
-        # torch after it. Only V2 without an NCCL from this run is stopped here.
+        # the wheel again (V1: the version before, from its record or pip's stash; V2: what nccl_planned says) and
+        # the deepep role reads torch after it. Only V2 without an NCCL from this run is stopped here.
         torch = (stack.get("torch") or {}).get("installed")
         if deepep_version == "v2" and torch and not nccl_planned:
             return [_problem("deepep_python", python, "a run with the nccl layer (without --tags, or with --tags "
