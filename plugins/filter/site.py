@@ -82,14 +82,22 @@ def deepep_source_nvshmem_problems(rdma, method, doca_policy="auto", include_dir
     return site_validate.source_nvshmem_problems(method, rdma, doca_policy, include_dirs or [], source)
 
 
-def deepep_interpreter_problems(stack, deepep_version, python, nccl_planned=None):
+def deepep_interpreter_problems(stack, deepep_version, python, nccl=None):
     """torch_stack_info's result for deepep_python -> [{var, value, accepted, msg}]: no torch, or for V2 a torch
-    older than 2.10 or an NCCL older than 2.30.4 (the one the nccl layer of this run provides, when it runs)."""
+    older than 2.10 or an NCCL older than 2.30.4 (the one the nccl layer of this run provides, when it runs), or
+    no pip where that layer installs a wheel with it. nccl: the site's nccl_* variables when the run includes the
+    nccl layer, else None."""
+    from ansible_collections.moe_infra.deepep.plugins.module_utils.build.nccl import planned_version, with_defaults
     from ansible_collections.moe_infra.deepep.plugins.module_utils.report import site_validate
 
     if not isinstance(stack, dict):
         raise AnsibleFilterError("_deepep_interpreter_problems: expected torch_stack_info's result")
-    return site_validate.interpreter_problems(stack, deepep_version, python, nccl_planned)
+    if nccl is not None and not isinstance(nccl, dict):
+        raise AnsibleFilterError("_deepep_interpreter_problems: nccl: expected the nccl_* variables, got %r" % (nccl,))
+    if nccl is None:
+        return site_validate.interpreter_problems(stack, deepep_version, python)
+    return site_validate.interpreter_problems(stack, deepep_version, python, planned_version(nccl),
+                                              with_defaults(nccl)["nccl_method"])
 
 
 def deepep_proxy_env(http_proxy, https_proxy="", no_proxy=""):

@@ -560,7 +560,7 @@ class NcclRuntime(object):
         if version:
             return "at %s" % version
         return ("half-installed (no %s installed: a pip changing it was stopped before it finished; torch cannot "
-                "load NCCL until one is)" % package)
+                "load its own NCCL until one is)" % package)
 
     @staticmethod
     def remove_pip_leftovers(nccl_dir):

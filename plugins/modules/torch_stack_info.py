@@ -100,8 +100,9 @@ nvshmem_wheel:
   returned: always
   type: dict
 nccl_wheel:
-  description: The NCCL wheel (C(package), C(version), C(dir), C(replaced_by), C(upgraded_from), C(half_installed),
-    C(pip_stash)); null when none.
+  description: The NCCL wheel (C(package), C(version), C(dir), C(real_dir), C(replaced_by), C(upgraded_from),
+    C(half_installed), C(pip_stash)); null when none.
+    C(real_dir) is C(dir) with its symlinks resolved (where the loader sees torch's NCCL loaded from).
     C(replaced_by) is the C(version) and C(build_dir) of the NCCL build the nccl layer put in place of the wheel's
     files (from its record, C(.moe_infra_nccl.json)), or null when the files are the wheel's. C(upgraded_from) is
     the version the nccl layer's wheel method upgraded the wheel from (its record, C(.moe_infra_nccl_wheel.json),

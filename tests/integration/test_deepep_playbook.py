@@ -820,13 +820,13 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
     killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python", during="library")
-    said = "torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished"
+    said = "torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished"
 
     def killed_v2():
         rc, changed, out = run(node, "-e", json.dumps(dict(v2, deepep_python=killed)), "--tags", "nccl")
         assert rc != 0 and re.sub(r"\s+", " ", out).count(
             "torch's NCCL wheel stays half-installed (no nvidia-nccl-cu13 installed: a pip changing it was stopped "
-            "before it finished; torch cannot load NCCL until one is): run again (the nccl layer installs it then), "
+            "before it finished; torch cannot load its own NCCL until one is): run again (the nccl layer installs it then), "
             "or set nccl_method: source. pip: pip was killed by signal 9 (SIGKILL)"), out
         assert nccl_wheel_version(python) == "" and pip_leftovers(nccl_dir) and json.loads(record.read_text()) == {
             "package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
@@ -868,7 +868,7 @@ def test_another_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_n
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
     killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python", during="library")
-    said = ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
+    said = ("torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
             "it was replacing 2.28.9)")
 
     def user_pip_killed():
@@ -909,6 +909,19 @@ def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_w
     version = subprocess.run([python, "-c", "import importlib.metadata as md; print(md.version('nvidia-nccl-cu13'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert version == "2.28.9" and not (node["prefix"] / "deepep" / "current").exists()
+    # site.yml names it at its preflight, before the system layers and GDRCopy change the node (there the nccl
+    # layer would have come after them); the plan's nccl line says why.
+    site = site_args(node)
+    before = sorted((str(path), path.stat().st_mtime_ns) for path in node["prefix"].rglob("*"))
+    rc, changed, out = run(node, *site, "-e", json.dumps(v2), playbook="site.yml")
+    flat = re.sub(r"\s+", " ", out)
+    assert rc != 0 and ("deepep_python: %r is not accepted (it has no pip, which nccl_method wheel runs (python -m "
+                        "pip) to install NCCL 2.30.7); accepted: an interpreter with pip (python -m ensurepip), or "
+                        "nccl_method: source. Nothing was changed." % python) in flat, out
+    assert ("nccl blocked torch loads NCCL 2.28.9; nvidia-nccl-cu13 2.28.9 -- the interpreter has no pip to install "
+            "NCCL 2.30.7 with") in flat, out
+    assert "moe_infra.deepep.gdrcopy :" not in out and "moe_infra.deepep.nccl :" not in out, out
+    assert sorted((str(path), path.stat().st_mtime_ns) for path in node["prefix"].rglob("*")) == before
 
 
 @pytest.mark.parametrize("nccl_method", ["wheel", "source"])

@@ -56,7 +56,7 @@ def check(facts):
     half = facts.get("nccl_wheel_half_installed")
     if torch is None and half and not facts.get("nccl_layer_ahead"):
         problems.append(_problem(
-            None, "torch is not importable by the build interpreter: its NCCL wheel %s is half-installed (a pip "
+            None, "torch cannot load its own NCCL in the build interpreter: its NCCL wheel %s is half-installed (a pip "
                   "changing it was stopped before it finished; %s %s)"
                   % (half["package"], "it was replacing" if half.get("pip_stash") else "torch came with",
                      half["upgraded_from"]),
@@ -172,6 +172,8 @@ def node_nccl(stack):
     wheel_dir = (stack.get("nccl_wheel") or {}).get("dir")
     if not lib or not wheel_dir:
         return None
-    if os.path.normpath(lib).startswith(os.path.normpath(wheel_dir) + os.sep):
+    # Its real path too: the loader names the library by it, and site-packages may be reached through a symlink.
+    real_dir = (stack.get("nccl_wheel") or {}).get("real_dir")
+    if any(os.path.normpath(lib).startswith(os.path.normpath(path) + os.sep) for path in (wheel_dir, real_dir) if path):
         return None
     return {"lib": lib, "version": torch.get("nccl")}

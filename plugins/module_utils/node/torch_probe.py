@@ -88,6 +88,9 @@ name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
 if name:
     out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None,
                          "upgraded_from": None, "half_installed": False, "pip_stash": None}
+    # The loader names a library by its real path (/proc/self/maps): where site-packages is reached through a
+    # symlink (a venv moved to a larger disk), dir is not where torch's NCCL is seen loaded from.
+    out["nccl_wheel"]["real_dir"] = os.path.realpath(out["nccl_wheel"]["dir"]) if out["nccl_wheel"]["dir"] else None
     # The nccl layer's record (nccl_runtime) where it put a build in place of the wheel's files, for DeepEP V2.
     try:
         with open(os.path.join(out["nccl_wheel"]["dir"], ".moe_infra_nccl.json")) as record:

@@ -113,11 +113,16 @@ def plan_nccl(interpreter, deepep_version, method, version):
     # The version to install again: from the nccl layer's record (torch's own), or from the stash of another pip.
     came_with = "it was replacing" if wheel.get("pip_stash") else "torch came with"
     if wheel.get("half_installed"):
-        found = ("torch loads no NCCL; %s half-installed (a pip changing it was stopped before it finished; %s %s)"
+        found = ("torch is missing its own NCCL; %s half-installed (a pip changing it was stopped before it finished; %s %s)"
                  % (wheel["package"], came_with, upgraded_from))
+    # The layer installs a wheel with the interpreter's own pip (python -m pip); a probe that read none says so.
+    no_pip = "pip" in interpreter and not interpreter["pip"]
     if deepep_version != "v2":
         if replaced:
             return _entry("nccl", "change", found, "put the wheel's own NCCL files back (DeepEP V1 after V2)")
+        if upgraded_from and no_pip:
+            return _entry("nccl", "blocked", found, "the interpreter has no pip to install %s==%s again with: add "
+                          "it (python -m ensurepip)" % (wheel["package"], upgraded_from))
         if upgraded_from:
             why = ("the version a stopped pip was replacing" if wheel.get("pip_stash")
                    else "the version torch came with (DeepEP V1 after V2)")
@@ -133,6 +138,9 @@ def plan_nccl(interpreter, deepep_version, method, version):
     if method == "wheel":
         if wheel and not replaced and wheel.get("version") == version and loaded == version:
             return _entry("nccl", "ok", found, "nothing: the wheel is NCCL %s" % version)
+        if no_pip and not (wheel.get("version") == version and not replaced):
+            return _entry("nccl", "blocked", found, "the interpreter has no pip to install NCCL %s with: add it "
+                          "(python -m ensurepip), or set nccl_method: source" % version)
         return _entry("nccl", "change", found, "%spip-install %s==%s where torch loads NCCL (the version before kept "
                       "for DeepEP V1)" % ("put the wheel's own files back, then " if replaced else "",
                                           wheel.get("package") or "the nvidia-nccl wheel", version))

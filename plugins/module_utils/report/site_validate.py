@@ -305,11 +305,33 @@ def source_nvshmem_problems(method, rdma, doca_policy="auto", include_dirs=(), s
                      "present); preflight_rdma_include_dirs names where the headers are", why)]
 
 
-def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
+def pip_problems(stack, deepep_version, python, nccl_method, nccl_planned=None):
+    """The nccl layer runs the interpreter's own pip (python -m pip) where it installs a wheel: V2's wheel method
+    when the wheel is not at nccl_planned yet, V1 putting back the version a V2 run or a stopped pip replaced. An
+    interpreter with no pip is named before the system layers change the node, not at the nccl layer after them.
+    nccl_method: the nccl layer's method when this run includes that layer, else None. Returns [problem]."""
+    if nccl_method is None or "pip" not in stack or stack["pip"]:
+        return []
+    wheel = stack.get("nccl_wheel") or {}
+    if deepep_version == "v2":
+        if nccl_method != "wheel" or (wheel.get("version") == nccl_planned and not wheel.get("replaced_by")):
+            return []
+        return [_problem("deepep_python", python, "an interpreter with pip (python -m ensurepip), or nccl_method: "
+                         "source", "it has no pip, which nccl_method wheel runs (python -m pip) to install NCCL %s"
+                         % nccl_planned)]
+    if not wheel.get("upgraded_from") or wheel.get("replaced_by"):
+        return []
+    return [_problem("deepep_python", python, "an interpreter with pip (python -m ensurepip)",
+                     "it has no pip, which the nccl layer runs (python -m pip) to install %s==%s again for DeepEP V1"
+                     % (wheel.get("package"), wheel["upgraded_from"]))]
+
+
+def interpreter_problems(stack, deepep_version, python, nccl_planned=None, nccl_method=None):
     """A given interpreter (deepep_python) that cannot build the DeepEP generation asked for, read before any
-    layer runs: V2 needs torch >= 2.10 and NCCL >= 2.30.4 (KF31); every generation needs torch. stack:
-    torch_stack_info's result. nccl_planned: the NCCL the nccl layer of this run puts there (nccl_planned_version),
-    which is what DeepEP will be built against. Returns [problem]."""
+    layer runs: V2 needs torch >= 2.10 and NCCL >= 2.30.4 (KF31); every generation needs torch; the nccl layer
+    needs pip where it installs a wheel (pip_problems). stack: torch_stack_info's result. nccl_planned: the NCCL
+    the nccl layer of this run puts there (nccl_planned_version), which is what DeepEP will be built against;
+    nccl_method: that layer's method (both None when the run does not include it). Returns [problem]."""
     torch = (stack.get("torch") or {}).get("version")
     wheel = stack.get("nccl_wheel") or {}
     if torch is None and wheel.get("half_installed"):
@@ -322,14 +344,14 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None):
                              "nccl) and nccl_method wheel or source, which installs the NCCL wheel again, or "
                              "deepep_version=v1",
                              "its NCCL wheel %s is half-installed (a pip changing it was stopped before it "
-                             "finished): torch cannot load NCCL, and this run provides none" % wheel.get("package"))]
+                             "finished): torch cannot load its own NCCL, and this run provides none" % wheel.get("package"))]
     if torch is None:
         return [_problem("deepep_python", python, "an interpreter with torch installed, or '' for the role's venv "
                          "with deepep_torch_version",
                          "it does not exist" if stack.get("exists") is False else "it has no torch")]
+    problems = pip_problems(stack, deepep_version, python, nccl_method, nccl_planned)
     if deepep_version != "v2":
-        return []
-    problems = []
+        return problems
     if version_tuple(torch)[:2] < V2_MIN_TORCH:
         problems.append(_problem("deepep_python", python, "an interpreter with torch >= 2.10 for deepep_version=v2, "
                                  "or deepep_version=v1", "its torch is %s; DeepEP V2 needs torch >= 2.10" % torch))

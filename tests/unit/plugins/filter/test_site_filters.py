@@ -105,3 +105,18 @@ def test_deepep_proxy_env_sets_both_spellings_of_what_is_set():
     assert proxy_env("http://p:3128", "", "localhost,.internal") == {
         "http_proxy": "http://p:3128", "HTTP_PROXY": "http://p:3128",
         "no_proxy": "localhost,.internal", "NO_PROXY": "localhost,.internal"}
+
+
+def test_interpreter_problems_take_the_nccl_layers_settings_of_the_run():
+    refuse = FILTERS["_deepep_interpreter_problems"]
+    no_pip = {"torch": {"version": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9"}, "pip": None,
+              "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": "2.28.9", "dir": "/x"}}
+    # The role's defaults (wheel, 2.30.7) for the variables the site leaves out.
+    (problem,) = refuse(no_pip, "v2", "/p", nccl={})
+    assert "it has no pip, which nccl_method wheel runs (python -m pip) to install NCCL 2.30.7" in problem["msg"]
+    assert refuse(no_pip, "v2", "/p", nccl={"nccl_method": "source", "nccl_git_ref": "v2.30.7-1"}) == []
+    # Without the layer in the run: V2 is judged on the NCCL torch loads now.
+    (old,) = refuse(no_pip, "v2", "/p", nccl=None)
+    assert "its NCCL is 2.28.9" in old["msg"]
+    with pytest.raises(AnsibleFilterError, match="nccl: expected the nccl_. variables"):
+        refuse(no_pip, "v2", "/p", nccl="wheel")

@@ -114,7 +114,7 @@ def test_a_half_installed_nccl_wheel_is_the_nccl_layers_to_finish_when_it_runs_n
                                     "error": "OSError: .../nvidia/nccl/lib/libnccl.so.2: cannot open shared object file"}
     node["interpreter"]["nccl_wheel"] = {"package": "nvidia-nccl-cu13", "version": None, "dir": "/venv/nvidia/nccl",
                                          "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}
-    said = ("DeepEP v1 cannot be built here: [input] torch is not importable by the build interpreter: its NCCL wheel "
+    said = ("DeepEP v1 cannot be built here: [input] torch cannot load its own NCCL in the build interpreter: its NCCL wheel "
             "nvidia-nccl-cu13 is half-installed (a pip changing it was stopped before it finished; torch came with "
             "2.28.9). Fix: run again with the nccl layer (without --tags, or with --tags nccl): it installs the wheel "
             "again (DeepEP V1: nvidia-nccl-cu13==2.28.9; V2: nccl_version, with nccl_method wheel or source).")

@@ -52,7 +52,7 @@ def test_nccl_wheel_half_installed_by_a_stopped_pip():
     half = {"torch": {"version": None, "nccl": None},
             "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": None, "dir": "/venv/nvidia/nccl",
                            "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True}}
-    found = ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
+    found = ("torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
              "torch came with 2.28.9)")
     v1 = plan_nccl(half, "v1", "wheel", "2.30.7")
     assert v1 == {"layer": "nccl", "status": "change", "found": found,
@@ -70,7 +70,7 @@ def test_nccl_wheel_half_installed_by_another_pip_names_the_version_it_was_repla
                            "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
                            "pip_stash": "~vidia_nccl_cu13-2.28.9.dist-info"}}
     v1 = plan_nccl(half, "v1", "wheel", "2.30.7")
-    assert v1["found"] == ("torch loads no NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped "
+    assert v1["found"] == ("torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped "
                            "before it finished; it was replacing 2.28.9)")
     assert v1["action"] == "pip-install nvidia-nccl-cu13==2.28.9 again, the version a stopped pip was replacing"
     assert plan_nccl(half, "v2", "wheel", "2.30.7")["status"] == "change"
@@ -105,3 +105,19 @@ def test_the_nccl_entry_goes_before_deepeps():
     plan = [{"layer": name} for name in ("gdrcopy", "nvshmem_ibgda", "deepep")]
     assert [entry["layer"] for entry in with_nccl(plan, None, "v1", "wheel", "2.30.7")] == [
         "gdrcopy", "nvshmem_ibgda", "nccl", "deepep"]
+
+
+def test_nccl_with_no_pip_in_the_interpreter_is_blocked_where_a_wheel_is_installed():
+    no_pip = dict(reading("2.28.9"), pip=None)
+    v2 = plan_nccl(no_pip, "v2", "wheel", "2.30.7")
+    assert (v2["status"], v2["action"]) == ("blocked", "the interpreter has no pip to install NCCL 2.30.7 with: add it "
+                                                       "(python -m ensurepip), or set nccl_method: source")
+    assert plan_nccl(no_pip, "v2", "source", "2.30.7")["status"] == "change"
+    assert plan_nccl(no_pip, "v1", "wheel", "2.30.7")["status"] == "ok"
+    upgraded = dict(reading("2.30.7", "2.30.7", upgraded_from="2.28.9"), pip=None)
+    v1 = plan_nccl(upgraded, "v1", "wheel", "2.30.7")
+    assert (v1["status"], v1["action"]) == ("blocked", "the interpreter has no pip to install nvidia-nccl-cu13==2.28.9 "
+                                                       "again with: add it (python -m ensurepip)")
+    # At the pin already: nothing to install, so nothing blocked.
+    assert plan_nccl(upgraded, "v2", "wheel", "2.30.7")["status"] == "ok"
+    assert plan_nccl(dict(upgraded, pip="24.0"), "v1", "wheel", "2.30.7")["status"] == "change"

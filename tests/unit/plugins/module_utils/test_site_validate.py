@@ -307,8 +307,8 @@ def test_a_half_installed_nccl_wheel_is_left_to_the_nccl_layer_of_the_run():
     (problem,) = interpreter_problems(_half_installed(), "v2", "/p")
     assert problem["msg"] == (
         "deepep_python: '/p' is not accepted (its NCCL wheel nvidia-nccl-cu13 is half-installed (a pip changing it "
-        "was stopped before it finished): torch cannot load NCCL, and this run provides none); accepted: a run "
-        "with the nccl layer (without --tags, or with --tags nccl) and nccl_method wheel or source, which installs "
+        "was stopped before it finished): torch cannot load its own NCCL, and this run provides none); accepted: "
+        "a run with the nccl layer (without --tags, or with --tags nccl) and nccl_method wheel or source, which installs "
         "the NCCL wheel again, or deepep_version=v1")
     # Without torch at all, still said so.
     (problem,) = interpreter_problems(_half_installed(installed=None), "v1", "/p")
@@ -338,6 +338,14 @@ def test_a_node_nccl_that_torch_loads_first_is_the_one_judged():
     own = gib("2.28.9")
     own["torch"]["nccl_lib"] = site + "/lib/libnccl.so.2"
     assert interpreter_problems(own, "v2", "/p", nccl_planned="2.30.7") == []
+    # Nor is it when site-packages is reached through a symlink: the loader names the library by its real path.
+    moved = gib("2.28.9")
+    moved["nccl_wheel"]["real_dir"] = "/data/torch/.venv/lib/python3.12/site-packages/nvidia/nccl"
+    moved["torch"]["nccl_lib"] = "/data/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+    assert interpreter_problems(moved, "v2", "/p", nccl_planned="2.30.7") == []
+    del moved["nccl_wheel"]["real_dir"]
+    (problem,) = interpreter_problems(moved, "v2", "/p", nccl_planned="2.30.7")
+    assert "from outside the interpreter" in problem["msg"]
 
 
 @pytest.mark.parametrize("var, value, why", [
@@ -551,3 +559,30 @@ def test_the_ssh_path_values_that_go_into_a_proxy_command_are_plain_names():
         assert [p["var"] for p in validate({"deepep_ssh_via": "jump", "deepep_ssh_jump_host": bad})] == \
             ["deepep_ssh_jump_host"]
     assert [p["accepted"] for p in validate({"deepep_ssh_via": "tunnel"})] == ["direct | iap | jump"]
+
+
+def test_an_interpreter_with_no_pip_is_refused_where_the_nccl_layer_installs_a_wheel():
+    # The nccl layer runs the interpreter's own pip: refused before the system layers, not after them.
+    no_pip = dict(_stack(), pip=None)
+    (problem,) = interpreter_problems(no_pip, "v2", "/p", nccl_planned="2.30.7", nccl_method="wheel")
+    assert problem["msg"] == (
+        "deepep_python: '/p' is not accepted (it has no pip, which nccl_method wheel runs (python -m pip) to install "
+        "NCCL 2.30.7); accepted: an interpreter with pip (python -m ensurepip), or nccl_method: source")
+    # Not where no wheel is installed with it: a source build, the wheel already at the pin, a run without the layer.
+    assert interpreter_problems(no_pip, "v2", "/p", nccl_planned="2.30.7", nccl_method="source") == []
+    at_pin = dict(_stack(nccl="2.30.7", nccl_wheel="2.30.7"), pip=None)
+    assert interpreter_problems(at_pin, "v2", "/p", nccl_planned="2.30.7", nccl_method="wheel") == []
+    assert interpreter_problems(no_pip, "v2", "/p", nccl_planned=None, nccl_method=None)[0]["msg"].endswith(
+        "its NCCL is 2.28.9; DeepEP V2 needs NCCL >= 2.30.4 (KF31)); accepted: an interpreter whose NCCL is >= "
+        "2.30.4 for deepep_version=v2 (nvidia-nccl-cu12/cu13; the nccl layer provides it unless nccl_method=none), "
+        "or deepep_version=v1")
+    # V1 needs it only to put back the version a V2 run or a stopped pip replaced.
+    assert interpreter_problems(no_pip, "v1", "/p", nccl_method="wheel") == []
+    half = dict(_half_installed(), pip=None)
+    (problem,) = interpreter_problems(half, "v1", "/p", nccl_method="wheel")
+    assert problem["msg"] == (
+        "deepep_python: '/p' is not accepted (it has no pip, which the nccl layer runs (python -m pip) to install "
+        "nvidia-nccl-cu13==2.28.9 again for DeepEP V1); accepted: an interpreter with pip (python -m ensurepip)")
+    # A reading with pip, or one from a probe that did not say (no "pip" key), is not refused for it.
+    assert interpreter_problems(dict(half, pip="24.0"), "v1", "/p", nccl_method="wheel") == []
+    assert interpreter_problems(_half_installed(), "v1", "/p", nccl_method="wheel") == []

@@ -226,8 +226,8 @@ def test_a_pip_killed_between_its_uninstall_and_its_install_is_finished_by_the_n
         result, failed = run_module(module, dict(args, python=killed, version="2.30.7", state="upgraded"))
         assert failed and result["msg"].startswith(
             "nccl: pip could not install nvidia-nccl-cu13==2.30.7 into %s; torch's NCCL wheel stays half-installed (no "
-            "nvidia-nccl-cu13 installed: a pip changing it was stopped before it finished; torch cannot load NCCL until "
-            "one is): run again (the nccl layer installs it then), or set nccl_method: source. pip: pip was killed by "
+            "nvidia-nccl-cu13 installed: a pip changing it was stopped before it finished; torch cannot load its own NCCL "
+            "until one is): run again (the nccl layer installs it then), or set nccl_method: source. pip: pip was killed by "
             "signal 9 (SIGKILL)" % killed), result["msg"]
         assert json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == record
         missing = subprocess.run([python, "-c", "import importlib.metadata as md; md.version('nvidia-nccl-cu13')"],

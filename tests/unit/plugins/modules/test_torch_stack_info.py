@@ -41,6 +41,21 @@ def test_the_nccl_torch_loads_is_read_from_the_library(run_module, tmp_path):
     assert result["nccl_wheel"]["replaced_by"] is None  # no record: the files are the wheel's as far as it can tell
 
 
+def test_the_nccl_wheels_real_directory_is_where_the_loader_sees_its_library(run_module, tmp_path):
+    # site-packages reached through a symlink (the fixture venv's, as a venv moved to a larger disk): the loader
+    # names the library by its real path, which real_dir gives (the site preflight's KF31 check compares them).
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    python = make_pip_site(tmp_path / "pip-site", wheels)
+    result, failed = run_module(module, {"python": python})
+    assert not failed, result
+    wheel = result["nccl_wheel"]
+    assert wheel["dir"] == str(tmp_path / "pip-site" / "site-packages" / "nvidia" / "nccl")
+    assert wheel["real_dir"] == os.path.realpath(wheel["dir"]) != wheel["dir"]
+    assert result["torch"]["nccl_lib"] == os.path.join(wheel["real_dir"], "lib", "libnccl.so.2")
+
+
 def test_says_which_build_the_nccl_layer_put_in_place_of_the_wheel(run_module, tmp_path):
     """nccl_runtime's record in the wheel's directory: a later DeepEP V1 run puts the wheel's files back by it."""
     python = make_python_site(tmp_path, nccl_runtime=(2, 30, 7))
