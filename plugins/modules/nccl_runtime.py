@@ -41,6 +41,12 @@ description:
     uninstall left of the dist-info it removed names the version it was replacing
     (C(~vidia_nccl_cu13-2.28.9.dist-info)). V(upgraded) keeps that version as the one to go back to, V(absent)
     with O(reinstall_wheel) installs it again.
+  - Installed, but its C(libnccl.so.2) not the size the wheel's RECORD gives (a C(pip install -I), which uninstalls
+    nothing and leaves no stash, stopped while it wrote the library): V(upgraded) at that version, and V(absent)
+    with O(reinstall_wheel) where no record names a version to go back to, install the version the metadata names
+    again with C(--force-reinstall) (C(action=repaired)). The nccl layer's build in place of the wheel's library is
+    not taken for one cut short. V(present) refuses a cut-short library before it changes anything (kept as the
+    wheel's, it would be what V(absent) puts back).
   - It writes with umask 022 whatever the login's (a hardened 027 or 077), so that what torch loads stays readable
     by every user of the interpreter.
 author:
@@ -155,7 +161,8 @@ nccl_dir:
 action:
   description: C(none), C(installed) (the build put in place), C(restored) (the originals put back),
     C(forgotten) (V(absent) found files pip put back since; only the record was removed), C(upgraded) (pip
-    installed the wheel at O(version)) or C(reinstalled) (pip installed the version the wheel was upgraded from).
+    installed the wheel at O(version)), C(reinstalled) (pip installed the version the wheel was upgraded from) or
+    C(repaired) (pip installed the version installed again over its cut-short library).
   returned: always
   type: str
 loaded_version:
@@ -206,15 +213,26 @@ FIND_PACKAGE = ("import importlib.util, json\n"
                 "spec = importlib.util.find_spec('nvidia.nccl')\n"
                 "print(json.dumps(list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations"
                 " else None))\n")
-WHEEL_VERSION = ("import importlib.metadata as md, json\n"
-                 "found = None\n"
-                 "for name in ('nvidia-nccl-cu13', 'nvidia-nccl-cu12'):\n"
-                 "    try:\n"
-                 "        found = [name, md.version(name)]\n"
-                 "        break\n"
-                 "    except md.PackageNotFoundError:\n"
-                 "        pass\n"
-                 "print(json.dumps(found))\n")
+# The installed NCCL wheel, and its libnccl.so.2 when that is not the size the wheel's RECORD gives: [package,
+# version, [lib, size or None, recorded size] or None] (a pip install -I stopped while it wrote the library).
+WHEEL_VERSION = r"""
+import importlib.metadata as md, json, os
+found = None
+for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    found = [name, dist.version, None]
+    for entry in dist.files or []:
+        if str(entry) == "nvidia/nccl/lib/libnccl.so.2" and entry.size:
+            lib = str(entry.locate())
+            size = os.path.getsize(lib) if os.path.isfile(lib) else None
+            if size != entry.size:
+                found[2] = [lib, size, entry.size]
+    break
+print(json.dumps(found))
+"""
 VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
 PACKAGE = re.compile(r"^nvidia-nccl-cu[0-9]+$")
 # pip's stash of an uninstalled dist-info (the name with its first letters replaced by ~), e.g.
@@ -293,14 +311,21 @@ class NcclRuntime(object):
             return None, (err.strip().splitlines() or ["exit %d" % rc])[-1]
         return decode_version(int(out.strip().splitlines()[-1])), None
 
-    def installed_wheel(self):
-        """(package, version) of the interpreter's NCCL wheel as pip installed it, or (None, None)."""
+    def read_wheel(self):
+        """(package, version, cut_short) of the interpreter's NCCL wheel, or (None, None, None). cut_short: (lib,
+        size, recorded size) when its libnccl.so.2 is not the size the wheel's RECORD gives and no build of this
+        module's is in its place (then it is not the wheel's file), else None."""
         rc, out, err = self.module.run_command([self.params["python"], "-c", WHEEL_VERSION], cwd="/")
         if rc != 0:
             self.module.fail_json(msg="%s could not read its NCCL wheel's version: %s"
                                   % (self.params["python"], err.strip()))
         found = json.loads(out.strip().splitlines()[-1])
-        return tuple(found) if found else (None, None)
+        if not found:
+            return None, None, None
+        package, version, cut = found
+        if cut and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(cut[0])), RECORD)):
+            cut = None
+        return package, version, tuple(cut) if cut else None
 
     @staticmethod
     def stopped_pip(nccl_dir):
@@ -367,6 +392,13 @@ class NcclRuntime(object):
             return self.check_version(result, lib)
         ours = bool(record) and record.get("lib_sha256") == have_lib and os.path.isdir(record.get("backup") or "")
         backup = record["backup"] if ours else os.path.join(self.params["backup_dir"], (have_lib or "none")[:16])
+        if not ours and have_lib:
+            package, version, cut = self.read_wheel()
+            if cut and not record:  # kept as the wheel's library, it would be what a DeepEP V1 run puts back
+                self.module.fail_json(msg="torch's NCCL wheel is %s: install it again first (python -m pip install "
+                                          "--force-reinstall --no-deps %s==%s), or set nccl_method: wheel; nothing "
+                                          "was changed" % (self.wheel_state(version, package, cut), package, version),
+                                      **result)
         result.update(changed=True, action="installed", backup=backup)
         if self.module.check_mode:
             return result
@@ -427,12 +459,17 @@ class NcclRuntime(object):
         record = self.read_record(nccl_dir, WHEEL_RECORD)
         if record is None and not self.params["reinstall_wheel"]:
             return result
-        dummy, installed = self.installed_wheel()
-        stopped = None
+        found, installed, cut = self.read_wheel()
+        stopped = stale = None
+        if cut and (record is None or installed != record.get("version")):
+            # Installed, its library cut short (a pip install -I stopped while it wrote it): the version its
+            # metadata names is installed again over it. A record of another version is forgotten with it.
+            stale, record = record, None
+            stopped = dict(package=found, version=installed, version_before=installed, pip_stash=None)
         if record is None:
             # No record, no wheel installed, and pip's stash beside its directory: another pip was stopped half-way.
             # The version it was replacing is installed again (what torch loaded before that pip).
-            stopped = self.stopped_pip(nccl_dir) if installed is None else None
+            stopped = stopped or (self.stopped_pip(nccl_dir) if installed is None else None)
             if stopped is None:
                 return result
             record = stopped
@@ -441,31 +478,36 @@ class NcclRuntime(object):
         if installed == record.get("version") or installed is None:
             result["wheel_upgrade"] = None if stopped else record
             if not self.params["reinstall_wheel"]:
+                if stale:  # no longer the version installed: forgotten, as below
+                    result["changed"] = True
+                    if not self.module.check_mode:
+                        os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
                 return result
             package, before = record.get("package"), record.get("version_before")
             if not PACKAGE.match(str(package)) or not VERSION.match(str(before)):  # only a version reaches pip
                 self.module.fail_json(msg="%s: the wheel upgrade record names no package and version to install "
                                           "again (%r); remove it" % (os.path.join(nccl_dir, WHEEL_RECORD), record),
                                       **result)
-            result.update(changed=True, action="reinstalled")
+            repair = bool(cut) and before == installed
+            result.update(changed=True, action="repaired" if repair else "reinstalled")
             if self.module.check_mode:
                 return result
             self.require_pip("%s==%s" % (package, before))
-            error, fix = self.pip_install("%s==%s" % (package, before))
-            now = self.installed_wheel()[1]
-            if now != before:
-                result["changed"] = now != installed  # pip left the wheel as it was: nothing changed
-                state = ("at %s (the nccl layer's wheel method installed it for DeepEP V2)" % now if now
-                         else self.wheel_state(now, package))
+            error, fix = self.pip_install("%s==%s" % (package, before), force=repair)
+            dummy, now, still_cut = self.read_wheel()
+            if now != before or still_cut:
+                result["changed"] = (now, still_cut) != (installed, cut)  # pip left the wheel as it was
+                state = ("at %s (the nccl layer's wheel method installed it for DeepEP V2)" % now
+                         if now and not still_cut else self.wheel_state(now, package, still_cut))
+                why = ("the version its metadata names" if repair else "the version a stopped pip was replacing"
+                       if stopped else "the version torch came with")
                 self.module.fail_json(msg="torch's NCCL wheel stays %s: pip could not install %s==%s, %s; %s. "
-                                          "pip: %s" % (state, package, before, "the version a stopped pip was "
-                                                       "replacing" if stopped else "the version torch came with",
-                                                       fix, error), **result)
+                                          "pip: %s" % (state, package, before, why, fix, error), **result)
             result.update(wheel_upgrade=None, pip_installed="%s==%s" % (package, before),
                           pip_leftovers_removed=self.remove_pip_leftovers(nccl_dir))
         result["changed"] = True
         if not self.module.check_mode:
-            if not stopped:
+            if not stopped or stale:
                 os.unlink(os.path.join(nccl_dir, WHEEL_RECORD))
             result["loaded_version"] = self.loaded_version(os.path.join(nccl_dir, LIB))[0]
         return result
@@ -484,12 +526,12 @@ class NcclRuntime(object):
             self.module.fail_json(msg="pip_extra_args (nccl_pip_extra_args): %r cannot be split into arguments (%s); "
                                       "close its quotes" % (self.params["pip_extra_args"], exc))
 
-    def pip_install(self, requirement):
+    def pip_install(self, requirement, force=False):
         """The interpreter's own pip installs requirement, tried again as the network steps are. Returns what to say
         should the installed version not be the one asked for (the caller reads it to decide): pip's last error
         line when every try failed, and what to do about it."""
         argv = ([self.params["python"], "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-                 "--no-input"] + self.pip_extra_args() + [requirement])
+                 "--no-input"] + (["--force-reinstall"] if force else []) + self.pip_extra_args() + [requirement])
         error, fix = None, FIX_PIP
         for attempt in range(max(self.params["retries"], 0) + 1):
             if attempt:
@@ -514,7 +556,7 @@ class NcclRuntime(object):
         if not PACKAGE.match(package):
             self.module.fail_json(msg="package: %r is not an NCCL wheel (nvidia-nccl-cu13)" % package, **result)
         self.pip_extra_args()  # bad input named before anything changes
-        dummy, installed = self.installed_wheel()
+        dummy, installed, cut = self.read_wheel()
         record = self.read_record(nccl_dir, WHEEL_RECORD)
         before = installed
         # Upgraded again, or a pip stopped half-way (no wheel installed): the first version is the one to go back to.
@@ -527,36 +569,43 @@ class NcclRuntime(object):
         want = None if before == version or not VERSION.match(str(before)) else dict(
             package=package, version=version, version_before=before)
         result["wheel_upgrade"] = want
-        if installed == version and record == want:
+        # At the version asked for with its library cut short (a pip install -I stopped while it wrote it): pip
+        # installs that version again over it.
+        repair = installed == version and cut is not None
+        if installed == version and record == want and not repair:
             return result
         result["changed"] = True
-        if installed != version:
-            result["action"] = "upgraded"
+        if installed != version or repair:
+            result["action"] = "repaired" if repair else "upgraded"
             self.require_pip("%s==%s" % (package, version))
         if self.module.check_mode:
             return result
         if record != want:  # before pip: a run stopped while pip ran leaves the version to go back to
             self.write_wheel_record(nccl_dir, want)
-        if installed == version:
+        if installed == version and not repair:
             return result
-        error, fix = self.pip_install("%s==%s" % (package, version))
-        now = self.installed_wheel()[1]
-        if now != version:
-            if now == installed:  # pip left the wheel as it was: so is the record, nothing changed
+        error, fix = self.pip_install("%s==%s" % (package, version), force=repair)
+        dummy, now, still_cut = self.read_wheel()
+        if now != version or still_cut:
+            if (now, still_cut) == (installed, cut):  # pip left the wheel as it was: so is the record, nothing changed
                 self.write_wheel_record(nccl_dir, record)
                 result["changed"] = False
             self.module.fail_json(msg="nccl: pip could not install %s==%s into %s; torch's NCCL wheel stays %s: %s, "
                                       "or set nccl_method: source. pip: %s"
-                                  % (package, version, self.params["python"], self.wheel_state(now, package), fix,
-                                     error), **result)
+                                  % (package, version, self.params["python"],
+                                     self.wheel_state(now, package, still_cut), fix, error), **result)
         result.update(loaded_version=self.loaded_version(os.path.join(nccl_dir, LIB))[0],
                       pip_installed="%s==%s" % (package, version),
                       pip_leftovers_removed=self.remove_pip_leftovers(nccl_dir))
         return result
 
     @staticmethod
-    def wheel_state(version, package):
-        """How the message names the wheel's state after pip: its version, or half-installed."""
+    def wheel_state(version, package, cut=None):
+        """How the message names the wheel's state after pip: its version, or half-installed (cut: read_wheel's)."""
+        if version and cut:
+            return ("half-installed (%s %s, its %s %s bytes where its RECORD says %d: a pip writing it was stopped "
+                    "before it finished; torch cannot load its own NCCL until it is installed again)"
+                    % (package, version, cut[0], "missing, not" if cut[1] is None else cut[1], cut[2]))
         if version:
             return "at %s" % version
         return ("half-installed (no %s installed: a pip changing it was stopped before it finished; torch cannot "

@@ -101,7 +101,7 @@ nvshmem_wheel:
   type: dict
 nccl_wheel:
   description: The NCCL wheel (C(package), C(version), C(dir), C(real_dir), C(replaced_by), C(upgraded_from),
-    C(half_installed), C(pip_stash)); null when none.
+    C(half_installed), C(pip_stash), C(cut_short)); null when none.
     C(real_dir) is C(dir) with its symlinks resolved (where the loader sees torch's NCCL loaded from).
     C(replaced_by) is the C(version) and C(build_dir) of the NCCL build the nccl layer put in place of the wheel's
     files (from its record, C(.moe_infra_nccl.json)), or null when the files are the wheel's. C(upgraded_from) is
@@ -111,6 +111,11 @@ nccl_wheel:
     uninstall and its install); C(version) is then null and C(upgraded_from) the version to install again.
     Without the record (a pip that was not the nccl layer's), the same is read from the stash that pip's uninstall
     left of the dist-info it removed, named in C(pip_stash) (C(~vidia_nccl_cu13-2.28.9.dist-info)); else null.
+    C(cut_short) is set when the wheel is installed but its C(libnccl.so.2) is not the size its RECORD gives (a
+    C(pip install -I), which uninstalls nothing and leaves no stash, stopped while it wrote the library): C(lib),
+    C(size) (null when the file is gone), C(recorded_size), C(package), C(version). C(half_installed) is then true
+    too, and C(upgraded_from) the version to install again (the installed one, unless the nccl layer's record names
+    the one before its upgrade); else null.
   returned: always
   type: dict
 numpy:

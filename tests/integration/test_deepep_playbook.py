@@ -897,6 +897,48 @@ def test_another_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_n
                                               "version_before": "2.28.9"}
 
 
+def test_a_pip_install_ignore_installed_killed_in_the_nccl_library_is_repaired_by_the_next_run(node):
+    # `pip install -I` (a user's ignore-installed: no uninstall, no stash, no record) killed with SIGKILL half-way
+    # through writing 2.30.7's library over torch's 2.28.9: the metadata still says 2.28.9, importing torch dies of
+    # SIGBUS. The library not being the size its RECORD gives says what happened: a V1 run installs 2.28.9 again
+    # over it; after the same once more, a whole V2 site.yml run installs the pin and builds.
+    v2, python, wheels = v2_from_the_nccl_wheel(node)
+    nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
+    record = nccl_dir / ".moe_infra_nccl_wheel.json"
+    library = nccl_dir / "lib" / "libnccl.so.2"
+    recorded = library.stat().st_size
+    killed = killed_pip_interpreter(python, node["tmp"] / "killed-pip-python", during="library")
+    said = ("torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
+            "its metadata names 2.28.9)")
+
+    def ignore_installed_killed():
+        subprocess.run([killed, "-m", "pip", "install", "-q", "-I", "--no-deps", "--no-index", "--find-links",
+                        str(wheels), "nvidia-nccl-cu13==2.30.7"], check=False)
+        assert nccl_wheel_version(python) == "2.28.9" and library.stat().st_size != recorded
+        assert not pip_leftovers(nccl_dir) and not record.exists()
+        assert subprocess.run([python, "-c", "import torch"], check=False).returncode == -signal.SIGBUS
+
+    ignore_installed_killed()
+    v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
+          "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    flat = re.sub(r"\s+", " ", out)
+    assert rc == 0 and said in flat, out
+    assert "pip-install nvidia-nccl-cu13==2.28.9 again, the version its metadata names, over its cut-short library" in flat
+    assert nccl_wheel_version(python) == "2.28.9" and library.stat().st_size == recorded and not record.exists()
+    assert subprocess.run([python, "-c", "import torch"], check=False).returncode == 0
+    rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
+    assert rc == 0 and changed == 0, out
+
+    ignore_installed_killed()
+    rc, changed, out = run(node, *site_args(node), "-e", json.dumps(v2), playbook="site.yml")
+    assert rc == 0 and said in re.sub(r"\s+", " ", out), out
+    assert nccl_wheel_version(python) == "2.30.7" and not pip_leftovers(nccl_dir)
+    assert (node["prefix"] / "deepep" / "current").exists()
+    assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
+                                              "version_before": "2.28.9"}
+
+
 def test_v2_from_the_nccl_wheel_on_an_interpreter_without_pip_is_named_and_the_wheel_stays_torchs(node):
     # The wheel method runs the interpreter's pip; one without (a venv made without it) is named before pip runs:
     # the wheel stays torch's, no DeepEP build is made.

@@ -58,7 +58,8 @@ def check(facts):
         problems.append(_problem(
             None, "torch cannot load its own NCCL in the build interpreter: its NCCL wheel %s is half-installed (a pip "
                   "changing it was stopped before it finished; %s %s)"
-                  % (half["package"], "it was replacing" if half.get("pip_stash") else "torch came with",
+                  % (half["package"], "it was replacing" if half.get("pip_stash") else "its metadata names"
+                     if half.get("cut_short") and half["upgraded_from"] == half.get("version") else "torch came with",
                      half["upgraded_from"]),
             "run again with the nccl layer (without --tags, or with --tags nccl): it installs the wheel again "
             "(DeepEP V1: %s==%s; V2: nccl_version, with nccl_method wheel or source)"

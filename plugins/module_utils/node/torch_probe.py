@@ -57,6 +57,30 @@ def nccl_half_installed():
             return {"package": "nvidia-nccl-" + found.group(1), "version_before": found.group(2), "dir": where,
                     "pip_stash": name}
     return None
+def nccl_cut_short():
+    # Installed, but its libnccl.so.2 is not the size the wheel's RECORD gives: a pip writing it over the wheel's
+    # own (pip install -I, which uninstalls nothing and leaves no stash) was stopped before it finished. The nccl
+    # layer's build in place of the wheel's files (its record there) is not the wheel's size, and is not this.
+    import importlib.metadata as md, os
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            found = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        for entry in found.files or []:
+            if str(entry) == "nvidia/nccl/lib/libnccl.so.2" and entry.size:
+                lib = str(entry.locate())
+                if os.path.exists(os.path.join(os.path.dirname(os.path.dirname(lib)), ".moe_infra_nccl.json")):
+                    return None
+                try:
+                    size = os.path.getsize(lib)
+                except OSError:
+                    size = None
+                if size != entry.size:
+                    return {"package": name, "version": found.version, "lib": lib, "size": size,
+                            "recorded_size": entry.size}
+        return None
+    return None
 '''
 
 PROBE = HALF_INSTALLED + r'''
@@ -87,7 +111,7 @@ if name and root:
 name, version = dist(["nvidia-nccl-cu13", "nvidia-nccl-cu12"])
 if name:
     out["nccl_wheel"] = {"package": name, "version": version, "dir": package_dir("nvidia.nccl"), "replaced_by": None,
-                         "upgraded_from": None, "half_installed": False, "pip_stash": None}
+                         "upgraded_from": None, "half_installed": False, "pip_stash": None, "cut_short": None}
     # The loader names a library by its real path (/proc/self/maps): where site-packages is reached through a
     # symlink (a venv moved to a larger disk), dir is not where torch's NCCL is seen loaded from.
     out["nccl_wheel"]["real_dir"] = os.path.realpath(out["nccl_wheel"]["dir"]) if out["nccl_wheel"]["dir"] else None
@@ -109,13 +133,20 @@ if name:
             out["nccl_wheel"]["upgraded_from"] = before
     except (OSError, TypeError, ValueError, AttributeError):
         pass
+    # Cut short, it is half-installed too: the version to install again is the one its metadata names, unless the
+    # layer's record names the one before its own upgrade.
+    cut = nccl_cut_short()
+    out["nccl_wheel"]["cut_short"] = cut
+    if cut:
+        out["nccl_wheel"]["half_installed"] = True
+        out["nccl_wheel"]["upgraded_from"] = out["nccl_wheel"]["upgraded_from"] or version
 else:
     # Half-installed: the nccl layer installs the version the record names to go back to (V1), or the pin (V2).
     half = nccl_half_installed()
     if half:
         out["nccl_wheel"] = {"package": half["package"], "version": None, "dir": half["dir"], "replaced_by": None,
                              "upgraded_from": half["version_before"], "half_installed": True,
-                             "pip_stash": half["pip_stash"]}
+                             "pip_stash": half["pip_stash"], "cut_short": None}
 out["numpy"] = dist(["numpy"])[1]
 # torch's version as installed, read without importing it: known when the import is not tried (half-installed).
 out["torch"]["installed"] = dist(["torch"])[1]
@@ -124,6 +155,12 @@ out["pip"] = dist(["pip"])[1]
 try:
     # A library pip was writing when it was stopped can be cut short: loading it kills the process (SIGBUS), and
     # with it this reading. Not imported, torch is said not importable, and why.
+    cut = (out["nccl_wheel"] or {}).get("cut_short")
+    if cut:
+        raise ImportError("not imported: its NCCL wheel %s is half-installed (%s is %s bytes, its RECORD says %d: a "
+                          "pip writing it was stopped before it finished)" % (
+                              cut["package"], cut["lib"], "no" if cut["size"] is None else cut["size"],
+                              cut["recorded_size"]))
     if (out["nccl_wheel"] or {}).get("half_installed"):
         raise ImportError("not imported: its NCCL wheel %s is half-installed (a pip changing it was stopped before it "
                           "finished; the libnccl.so.2 it was writing may be cut short)" % out["nccl_wheel"]["package"])
@@ -173,7 +210,7 @@ def loaded():
 class HalfInstalled(Exception):
     pass
 try:
-    if nccl_half_installed():
+    if nccl_half_installed() or nccl_cut_short():
         raise HalfInstalled("ImportError: not imported: torch's NCCL wheel is half-installed (a pip changing it was "
                             "stopped before it finished)")
     import deep_ep

@@ -111,7 +111,9 @@ def plan_nccl(interpreter, deepep_version, method, version):
         wheel["package"], wheel.get("version"), ", files replaced by the build of NCCL %s" % replaced.get("version")
         if replaced else ", upgraded from %s" % upgraded_from if upgraded_from else "") if wheel else "; no NCCL wheel")
     # The version to install again: from the nccl layer's record (torch's own), or from the stash of another pip.
-    came_with = "it was replacing" if wheel.get("pip_stash") else "torch came with"
+    cut = wheel.get("cut_short")
+    came_with = ("it was replacing" if wheel.get("pip_stash") else "its metadata names" if cut and upgraded_from ==
+                 wheel.get("version") else "torch came with")
     if wheel.get("half_installed"):
         found = ("torch is missing its own NCCL; %s half-installed (a pip changing it was stopped before it finished; %s %s)"
                  % (wheel["package"], came_with, upgraded_from))
@@ -124,7 +126,8 @@ def plan_nccl(interpreter, deepep_version, method, version):
             return _entry("nccl", "blocked", found, "the interpreter has no pip to install %s==%s again with: add "
                           "it (python -m ensurepip)" % (wheel["package"], upgraded_from))
         if upgraded_from:
-            why = ("the version a stopped pip was replacing" if wheel.get("pip_stash")
+            why = ("the version a stopped pip was replacing" if wheel.get("pip_stash") else
+                   "the version its metadata names, over its cut-short library" if came_with == "its metadata names"
                    else "the version torch came with (DeepEP V1 after V2)")
             return _entry("nccl", "change", found, "pip-install %s==%s again, %s" % (wheel["package"], upgraded_from,
                                                                                      why))
@@ -138,7 +141,7 @@ def plan_nccl(interpreter, deepep_version, method, version):
     if method == "wheel":
         if wheel and not replaced and wheel.get("version") == version and loaded == version:
             return _entry("nccl", "ok", found, "nothing: the wheel is NCCL %s" % version)
-        if no_pip and not (wheel.get("version") == version and not replaced):
+        if no_pip and not (wheel.get("version") == version and not replaced and not cut):
             return _entry("nccl", "blocked", found, "the interpreter has no pip to install NCCL %s with: add it "
                           "(python -m ensurepip), or set nccl_method: source" % version)
         return _entry("nccl", "change", found, "%spip-install %s==%s where torch loads NCCL (the version before kept "
@@ -146,6 +149,10 @@ def plan_nccl(interpreter, deepep_version, method, version):
                                           wheel.get("package") or "the nvidia-nccl wheel", version))
     if replaced and replaced.get("version") == version and loaded == version:
         return _entry("nccl", "ok", found, "nothing: NCCL %s built from source is where torch loads it" % version)
+    if cut:
+        return _entry("nccl", "blocked", found, "the source method would keep the cut-short library as the wheel's "
+                      "to put back for DeepEP V1: set nccl_method: wheel, or install %s==%s again first"
+                      % (cut["package"], cut["version"]))
     return _entry("nccl", "change", found, "build NCCL %s from source for the GPUs' archs and put it in place of the "
                   "wheel's files (kept for DeepEP V1)" % (version or "(the source's version)"))
 

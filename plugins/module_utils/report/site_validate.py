@@ -314,7 +314,8 @@ def pip_problems(stack, deepep_version, python, nccl_method, nccl_planned=None):
         return []
     wheel = stack.get("nccl_wheel") or {}
     if deepep_version == "v2":
-        if nccl_method != "wheel" or (wheel.get("version") == nccl_planned and not wheel.get("replaced_by")):
+        if nccl_method != "wheel" or (wheel.get("version") == nccl_planned and not wheel.get("replaced_by")
+                                      and not wheel.get("cut_short")):
             return []
         return [_problem("deepep_python", python, "an interpreter with pip (python -m ensurepip), or nccl_method: "
                          "source", "it has no pip, which nccl_method wheel runs (python -m pip) to install NCCL %s"
@@ -350,6 +351,17 @@ def interpreter_problems(stack, deepep_version, python, nccl_planned=None, nccl_
                          "with deepep_torch_version",
                          "it does not exist" if stack.get("exists") is False else "it has no torch")]
     problems = pip_problems(stack, deepep_version, python, nccl_method, nccl_planned)
+    cut = wheel.get("cut_short")
+    if cut and deepep_version == "v2" and nccl_method == "source":
+        # The source method keeps the wheel's files to put back for DeepEP V1: this library would be the one kept.
+        problems.append(_problem("deepep_python", python, "nccl_method: wheel (it installs the wheel again), or the "
+                                 "wheel installed again first (python -m pip install --force-reinstall --no-deps "
+                                 "%s==%s)" % (cut["package"], cut["version"]),
+                                 "%s %s's %s is %s bytes where its RECORD says %d (a pip writing it was stopped "
+                                 "before it finished), and nccl_method source would keep it as the wheel's library "
+                                 "to put back for DeepEP V1" % (cut["package"], cut["version"], cut["lib"],
+                                                                "no" if cut["size"] is None else cut["size"],
+                                                                cut["recorded_size"])))
     if deepep_version != "v2":
         return problems
     if version_tuple(torch)[:2] < V2_MIN_TORCH:

@@ -126,6 +126,12 @@ def test_a_half_installed_nccl_wheel_is_the_nccl_layers_to_finish_when_it_runs_n
     # V2 with nccl_method none (nothing planned): no layer puts a wheel there.
     none = work_out(copy.deepcopy(node), dict(SETTINGS_OF_THE_ROLE, version="v2", nccl_ahead=True))
     assert len(none["problems"]) == 1 and "half-installed" in none["problems"][0]
+    # Installed, its library cut short (a pip install -I stopped while it wrote it): the version its metadata names.
+    cut = dict(node["interpreter"]["nccl_wheel"], version="2.28.9", cut_short={
+        "package": "nvidia-nccl-cu13", "version": "2.28.9", "lib": "/venv/nvidia/nccl/lib/libnccl.so.2", "size": 1,
+        "recorded_size": 2})
+    node["interpreter"]["nccl_wheel"] = cut
+    assert inputs(node)["problems"] == [said.replace("torch came with", "its metadata names")]
     # torch not importable for another reason: as before, whatever comes after.
     node["interpreter"]["nccl_wheel"] = None
     assert inputs(node, nccl_ahead=True)["problems"] == [

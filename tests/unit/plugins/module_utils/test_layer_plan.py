@@ -76,6 +76,31 @@ def test_nccl_wheel_half_installed_by_another_pip_names_the_version_it_was_repla
     assert plan_nccl(half, "v2", "wheel", "2.30.7")["status"] == "change"
 
 
+def test_nccl_library_cut_short_by_a_pip_install_ignore_installed():
+    # Installed at 2.28.9 (its metadata), its library not the size its RECORD gives: no record, no stash.
+    cut = {"package": "nvidia-nccl-cu13", "version": "2.28.9", "lib": "/venv/nvidia/nccl/lib/libnccl.so.2",
+           "size": 531840, "recorded_size": 15040}
+    half = {"torch": {"version": None, "nccl": None}, "pip": "24.0",
+            "nccl_wheel": {"package": "nvidia-nccl-cu13", "version": "2.28.9", "dir": "/venv/nvidia/nccl",
+                           "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
+                           "pip_stash": None, "cut_short": cut}}
+    v1 = plan_nccl(half, "v1", "wheel", "2.30.7")
+    assert v1 == {"layer": "nccl", "status": "change",
+                  "found": "torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was "
+                           "stopped before it finished; its metadata names 2.28.9)",
+                  "action": "pip-install nvidia-nccl-cu13==2.28.9 again, the version its metadata names, over its "
+                            "cut-short library"}
+    assert plan_nccl(half, "v2", "wheel", "2.30.7")["status"] == "change"
+    # At the pin, cut short: pip installs it again, so an interpreter without pip is blocked.
+    pinned = dict(half, pip=None, nccl_wheel=dict(half["nccl_wheel"], version="2.30.7", upgraded_from="2.28.9",
+                                                  cut_short=dict(cut, version="2.30.7")))
+    assert plan_nccl(pinned, "v2", "wheel", "2.30.7")["status"] == "blocked"
+    source = plan_nccl(half, "v2", "source", "2.30.7")
+    assert source["status"] == "blocked" and source["action"] == (
+        "the source method would keep the cut-short library as the wheel's to put back for DeepEP V1: set "
+        "nccl_method: wheel, or install nvidia-nccl-cu13==2.28.9 again first")
+
+
 def test_nccl_for_v2_by_method():
     assert plan_nccl(reading("2.28.9"), "v2", "wheel", "2.30.7")["action"] == (
         "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for DeepEP V1)")

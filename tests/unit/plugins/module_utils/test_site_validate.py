@@ -315,6 +315,25 @@ def test_a_half_installed_nccl_wheel_is_left_to_the_nccl_layer_of_the_run():
     assert "(it has no torch)" in problem["msg"]
 
 
+def test_a_cut_short_nccl_library_is_refused_where_the_nccl_layer_would_keep_it_or_lacks_pip():
+    # pip install -I stopped while it wrote the library (the wheel installed, no stash): V2's source method would
+    # back it up as the wheel's library; the wheel method at the pin needs pip to install it again.
+    cut = {"package": "nvidia-nccl-cu13", "version": "2.30.7", "lib": "/x/lib/libnccl.so.2", "size": 531840,
+           "recorded_size": 15040}
+    stack = dict(_half_installed(), pip="24.0")
+    stack["nccl_wheel"] = dict(stack["nccl_wheel"], version="2.30.7", cut_short=cut)
+    assert interpreter_problems(stack, "v2", "/p", nccl_planned="2.30.7", nccl_method="wheel") == []
+    (problem,) = interpreter_problems(stack, "v2", "/p", nccl_planned="2.30.7", nccl_method="source")
+    assert problem["msg"] == (
+        "deepep_python: '/p' is not accepted (nvidia-nccl-cu13 2.30.7's /x/lib/libnccl.so.2 is 531840 bytes where "
+        "its RECORD says 15040 (a pip writing it was stopped before it finished), and nccl_method source would keep "
+        "it as the wheel's library to put back for DeepEP V1); accepted: nccl_method: wheel (it installs the wheel "
+        "again), or the wheel installed again first (python -m pip install --force-reinstall --no-deps "
+        "nvidia-nccl-cu13==2.30.7)")
+    (no_pip,) = interpreter_problems(dict(stack, pip=None), "v2", "/p", nccl_planned="2.30.7", nccl_method="wheel")
+    assert "it has no pip, which nccl_method wheel runs (python -m pip) to install NCCL 2.30.7" in no_pip["msg"]
+
+
 def test_a_node_nccl_that_torch_loads_first_is_the_one_judged():
     """A node NCCL (GCP gIB's /usr/local/gib/lib64) that torch's import maps before the interpreter's nvidia/nccl
     one (through LD_PRELOAD: torch 2.11's RPATH beats LD_LIBRARY_PATH, docs/results/nccl-loader-h100)."""

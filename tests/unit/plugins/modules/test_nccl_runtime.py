@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -176,7 +177,7 @@ def test_the_record_is_written_before_pip_and_left_as_it_was_when_pip_fails(run_
     # finds the version torch came with and installs it again.
     install = module.NcclRuntime.pip_install
 
-    def stopped_after_pip(self, requirement):
+    def stopped_after_pip(self, requirement, force=False):
         install(self, requirement)
         raise Stopped()
 
@@ -193,7 +194,7 @@ def test_the_record_is_written_before_pip_and_left_as_it_was_when_pip_fails(run_
 
     # Stopped before pip changed anything: the record names a version that is not installed, so nothing is
     # installed again from it and the next absent forgets it.
-    def stopped_before_pip(self, requirement):
+    def stopped_before_pip(self, requirement, force=False):
         raise Stopped()
 
     monkeypatch.setattr(module.NcclRuntime, "pip_install", stopped_before_pip)
@@ -298,6 +299,90 @@ def test_another_pip_killed_half_way_is_finished_from_the_version_its_stash_name
     record = {"package": "nvidia-nccl-cu13", "version": "2.30.7", "version_before": "2.28.9"}
     assert done["wheel_upgrade"] == record and json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == record
     assert not pip_leftovers(nccl_dir)
+
+
+def test_a_pip_install_ignore_installed_killed_in_the_library_is_repaired(run_module, tmp_path, wheels):
+    # `pip install -I` (ignore-installed) uninstalls nothing: killed while it wrote 2.30.7's library over torch's
+    # 2.28.9, it leaves 2.28.9's metadata, half of 2.30.7's library, no stash and no record. Loading it kills the
+    # process (SIGBUS); only the size its RECORD gives says what happened.
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python", "library")
+    library = nccl_dir / "lib" / "libnccl.so.2"
+    recorded = library.stat().st_size
+
+    def ignore_installed_killed(version):
+        subprocess.run([killed, "-m", "pip", "install", "-q", "-I", "--no-deps", "--no-index", "--find-links",
+                        str(wheels), "nvidia-nccl-cu13==%s" % version], check=False)
+        assert not pip_leftovers(nccl_dir) and library.stat().st_size != recorded
+        assert subprocess.run([python, "-c", "import torch"], check=False).returncode == -signal.SIGBUS
+
+    # DeepEP V1: without reinstall_wheel nothing is done; with it, the version the metadata names is installed
+    # again over the library (check mode first: said, nothing changed).
+    ignore_installed_killed("2.30.7")
+    size = library.stat().st_size
+    kept, failed = run_module(module, dict(args, state="absent"))
+    assert not failed and kept["changed"] is False, kept
+    checked, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True), check_mode=True)
+    assert not failed and checked["changed"] is True and checked["action"] == "repaired", checked
+    assert library.stat().st_size == size
+    back, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and back["action"] == "repaired" and back["pip_installed"] == "nvidia-nccl-cu13==2.28.9", back
+    assert back["loaded_version"] == "2.28.9" and wheel_version(python) == "2.28.9"
+    assert library.stat().st_size == recorded and not (nccl_dir / module.WHEEL_RECORD).exists()
+    again, failed = run_module(module, dict(args, state="absent", reinstall_wheel=True))
+    assert not failed and again["changed"] is False, again
+
+    # DeepEP V2 with the pin installed, the same pip killed over it: the pin installed again, the record (the
+    # version to go back to) kept.
+    done, failed = run_module(module, dict(args, version="2.30.4", state="upgraded"))
+    assert not failed and done["loaded_version"] == "2.30.4", done
+    record = {"package": "nvidia-nccl-cu13", "version": "2.30.4", "version_before": "2.28.9"}
+    pinned = library.stat().st_size
+    ignore_installed_killed("2.30.7")
+    checked, failed = run_module(module, dict(args, version="2.30.4", state="upgraded"), check_mode=True)
+    assert not failed and checked["changed"] is True and checked["action"] == "repaired", checked
+    done, failed = run_module(module, dict(args, version="2.30.4", state="upgraded"))
+    assert not failed and done["action"] == "repaired" and done["pip_installed"] == "nvidia-nccl-cu13==2.30.4", done
+    assert done["loaded_version"] == "2.30.4" and library.stat().st_size == pinned
+    assert done["wheel_upgrade"] == record and json.loads((nccl_dir / module.WHEEL_RECORD).read_text()) == record
+    again, failed = run_module(module, dict(args, version="2.30.4", state="upgraded"))
+    assert not failed and again["changed"] is False, again
+
+
+def test_a_cut_short_library_pip_cannot_install_again_is_named(run_module, tmp_path, wheels):
+    python, nccl_dir, args = pip_site(tmp_path, wheels)
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python", "library")
+    subprocess.run([killed, "-m", "pip", "install", "-q", "-I", "--no-deps", "--no-index", "--find-links",
+                    str(wheels), "nvidia-nccl-cu13==2.30.7"], check=False)
+    library = nccl_dir / "lib" / "libnccl.so.2"
+    size = library.stat().st_size
+    bare = tmp_path / "no-2.28.9"
+    bare.mkdir()
+    stays, failed = run_module(module, dict(args, pip_extra_args="--no-index --find-links %s" % bare,
+                                            state="absent", reinstall_wheel=True))
+    said = ("torch's NCCL wheel stays half-installed (nvidia-nccl-cu13 2.28.9, its %s %d bytes where its RECORD says "
+            "%d: a pip writing it was stopped before it finished; torch cannot load its own NCCL until it is "
+            "installed again): pip could not install nvidia-nccl-cu13==2.28.9, the version its metadata names; make "
+            "it reachable " % (library, size, recorded_size(python)))
+    assert failed and stays["msg"].startswith(said), stays["msg"]
+    assert stays["changed"] is False and library.stat().st_size == size
+    # The source method refuses it, check mode or not, before it keeps anything as the wheel's library.
+    build = nccl_build(tmp_path / "build")
+    for check_mode in (True, False):
+        refused, failed = present(run_module, python, build, tmp_path, check_mode=check_mode)
+        assert failed and refused["msg"] == (
+            "torch's NCCL wheel is %s: install it again first (python -m pip install --force-reinstall --no-deps "
+            "nvidia-nccl-cu13==2.28.9), or set nccl_method: wheel; nothing was changed"
+            % module.NcclRuntime.wheel_state("2.28.9", "nvidia-nccl-cu13", (str(library), size, recorded_size(python)))
+        ), refused["msg"]
+        assert library.stat().st_size == size and not (nccl_dir / module.RECORD).exists()
+        assert not (tmp_path / "replaced").exists()
+
+
+def recorded_size(python):
+    return int(subprocess.run(
+        [python, "-c", "import importlib.metadata as md; print([f.size for f in md.files('nvidia-nccl-cu13') "
+         "if str(f) == 'nvidia/nccl/lib/libnccl.so.2'][0])"], capture_output=True, text=True, check=True).stdout)
 
 
 def test_a_pip_that_cannot_install_the_version_before_keeps_the_record(run_module, tmp_path, wheels):

@@ -114,7 +114,7 @@ def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, 
     assert not failed, result
     assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
                                     "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
-                                    "pip_stash": None}
+                                    "pip_stash": None, "cut_short": None}
     # Not imported, but installed: its version from the metadata (the site preflight judges V2's torch by it).
     assert result["torch"]["version"] is None and result["torch"]["installed"] == "2.11.0+cu130"
     assert result["torch"]["error"] == (
@@ -130,12 +130,49 @@ def test_says_that_a_stopped_pip_left_the_nccl_wheel_half_installed(run_module, 
     assert not failed, result
     assert result["nccl_wheel"] == {"package": "nvidia-nccl-cu13", "version": None, "dir": str(nccl_dir),
                                     "replaced_by": None, "upgraded_from": "2.28.9", "half_installed": True,
-                                    "pip_stash": "~vidia_nccl_cu13-2.28.9.dist-info"}
+                                    "pip_stash": "~vidia_nccl_cu13-2.28.9.dist-info", "cut_short": None}
     assert result["torch"]["version"] is None and result["deep_ep"]["importable"] is False
     # Neither record nor stash: torch is imported and the reading says how it died.
     shutil.rmtree(str(tmp_path / "site" / "site-packages" / "~vidia_nccl_cu13-2.28.9.dist-info"))
     result, failed = run_module(module, {"python": python})
     assert failed and result["msg"] == "%s could not run the probe: it died of signal 7 (SIGBUS) and printed nothing" % python
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc for the libnccl stand-ins")
+def test_says_that_a_pip_install_ignore_installed_left_the_nccl_library_cut_short(run_module, tmp_path):
+    """pip install -I (no uninstall, no stash, no record) killed while it wrote 2.30.7's library over torch's 2.28.9:
+    the metadata says 2.28.9, the library is not the size its RECORD gives, and loading it kills the process."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    nccl_wheel(wheels, (2, 28, 9))
+    nccl_wheel(wheels, (2, 30, 7), padding=1 << 20)
+    python = make_pip_site(tmp_path / "site", wheels)
+    nccl_dir = tmp_path / "site" / "site-packages" / "nvidia" / "nccl"
+    library = nccl_dir / "lib" / "libnccl.so.2"
+    recorded = library.stat().st_size
+    killed = killed_pip_interpreter(python, tmp_path / "killed-pip-python", during="library")
+    subprocess.run([killed, "-m", "pip", "install", "-q", "-I", "--no-deps", "--no-index", "--find-links",
+                    str(wheels), "nvidia-nccl-cu13==2.30.7"], check=False)
+    assert subprocess.run([python, "-c", "import torch"], check=False).returncode == -signal.SIGBUS
+    size = library.stat().st_size
+    assert size != recorded
+    result, failed = run_module(module, {"python": python})
+    assert not failed, result
+    wheel = result["nccl_wheel"]
+    assert (wheel["version"], wheel["half_installed"], wheel["upgraded_from"], wheel["pip_stash"]) == (
+        "2.28.9", True, "2.28.9", None)
+    assert wheel["cut_short"] == {"package": "nvidia-nccl-cu13", "version": "2.28.9", "lib": str(library),
+                                  "size": size, "recorded_size": recorded}
+    assert result["torch"]["version"] is None and result["torch"]["installed"] == "2.11.0+cu130"
+    assert result["torch"]["error"] == (
+        "ImportError: not imported: its NCCL wheel nvidia-nccl-cu13 is half-installed (%s is %d bytes, its RECORD "
+        "says %d: a pip writing it was stopped before it finished)" % (library, size, recorded))
+    assert result["deep_ep"]["importable"] is False and "half-installed" in result["deep_ep"]["error"]
+    # The nccl layer's build in place of the wheel's library (its record there) is not the wheel's size either,
+    # and is not taken for one cut short: torch is imported (and dies of the cut-short library, said so).
+    (nccl_dir / ".moe_infra_nccl.json").write_text('{"version": "2.30.7", "build_dir": "/b"}')
+    result, failed = run_module(module, {"python": python})
+    assert failed and "died of signal 7 (SIGBUS)" in result["msg"], result
 
 
 def test_an_interpreter_killed_by_a_signal_is_said_so(run_module, tmp_path):
