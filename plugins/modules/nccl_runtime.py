@@ -42,7 +42,7 @@ description:
     (C(~vidia_nccl_cu13-2.28.9.dist-info)). V(upgraded) keeps that version as the one to go back to, V(absent)
     with O(reinstall_wheel) installs it again.
   - Installed, but its C(libnccl.so.2) not the size the wheel's RECORD gives (a C(pip install -I), which uninstalls
-    nothing and leaves no stash, stopped while it wrote the library): V(upgraded) at that version, and V(absent)
+    nothing and leaves no stash, stopped while it wrote the library), V(upgraded) at that version and V(absent)
     with O(reinstall_wheel) where no record names a version to go back to, install the version the metadata names
     again with C(--force-reinstall) (C(action=repaired)). The nccl layer's build in place of the wheel's library is
     not taken for one cut short. V(present) refuses a cut-short library before it changes anything (kept as the

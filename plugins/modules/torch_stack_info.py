@@ -112,7 +112,7 @@ nccl_wheel:
     Without the record (a pip that was not the nccl layer's), the same is read from the stash that pip's uninstall
     left of the dist-info it removed, named in C(pip_stash) (C(~vidia_nccl_cu13-2.28.9.dist-info)); else null.
     C(cut_short) is set when the wheel is installed but its C(libnccl.so.2) is not the size its RECORD gives (a
-    C(pip install -I), which uninstalls nothing and leaves no stash, stopped while it wrote the library): C(lib),
+    C(pip install -I), which uninstalls nothing and leaves no stash, stopped while it wrote the library), with C(lib),
     C(size) (null when the file is gone), C(recorded_size), C(package), C(version). C(half_installed) is then true
     too, and C(upgraded_from) the version to install again (the installed one, unless the nccl layer's record names
     the one before its upgrade); else null.
