@@ -205,6 +205,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import HALF_INSTALLED
 
 RECORD = ".moe_infra_nccl.json"
 WHEEL_RECORD = ".moe_infra_nccl_wheel.json"
@@ -213,23 +214,19 @@ FIND_PACKAGE = ("import importlib.util, json\n"
                 "spec = importlib.util.find_spec('nvidia.nccl')\n"
                 "print(json.dumps(list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations"
                 " else None))\n")
-# The installed NCCL wheel, and its libnccl.so.2 when that is not the size the wheel's RECORD gives: [package,
-# version, [lib, size or None, recorded size] or None] (a pip install -I stopped while it wrote the library).
-WHEEL_VERSION = r"""
-import importlib.metadata as md, json, os
+# The installed NCCL wheel, and its libnccl.so.2 when that is not the size the wheel's RECORD gives (the probes'
+# reading: a pip install -I stopped while it wrote the library): [package, version, [lib, size or None, recorded
+# size] or None].
+WHEEL_VERSION = HALF_INSTALLED + r"""
+import importlib.metadata as md, json
 found = None
 for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
     try:
-        dist = md.distribution(name)
+        found = [name, md.version(name), None]
     except md.PackageNotFoundError:
         continue
-    found = [name, dist.version, None]
-    for entry in dist.files or []:
-        if str(entry) == "nvidia/nccl/lib/libnccl.so.2" and entry.size:
-            lib = str(entry.locate())
-            size = os.path.getsize(lib) if os.path.isfile(lib) else None
-            if size != entry.size:
-                found[2] = [lib, size, entry.size]
+    cut = nccl_cut_short()
+    found[2] = [cut["lib"], cut["size"], cut["recorded_size"]] if cut else None
     break
 print(json.dumps(found))
 """
@@ -314,7 +311,7 @@ class NcclRuntime(object):
     def read_wheel(self):
         """(package, version, cut_short) of the interpreter's NCCL wheel, or (None, None, None). cut_short: (lib,
         size, recorded size) when its libnccl.so.2 is not the size the wheel's RECORD gives and no build of this
-        module's is in its place (then it is not the wheel's file), else None."""
+        module's is in its place (then it is not the wheel's file; torch_probe.HALF_INSTALLED), else None."""
         rc, out, err = self.module.run_command([self.params["python"], "-c", WHEEL_VERSION], cwd="/")
         if rc != 0:
             self.module.fail_json(msg="%s could not read its NCCL wheel's version: %s"
@@ -323,8 +320,6 @@ class NcclRuntime(object):
         if not found:
             return None, None, None
         package, version, cut = found
-        if cut and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(cut[0])), RECORD)):
-            cut = None
         return package, version, tuple(cut) if cut else None
 
     @staticmethod
