@@ -694,7 +694,7 @@ def test_v2_from_the_nccl_wheel_then_v1_installs_the_wheel_torch_came_with_again
     failing_v2 = dict(v2, deepep_gin="enabled", deepep_verify_num_processes=2)
     v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
           "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
-    back = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch came with again (a V2 run upgraded it)]"
+    back = "TASK [moe_infra.deepep.nccl : Install torch's NCCL wheel again (a V2 run upgraded it, or a stopped pip cut its library short)]"
     rc, changed, out = run(node, "-e", json.dumps(v1))
     assert rc == 0, out
     v1_build = os.readlink(str(node["prefix"] / "deepep" / "current"))
@@ -780,7 +780,7 @@ def test_ctrl_c_while_pip_upgrades_the_nccl_wheel_leaves_v1_what_to_put_back(nod
 
     v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
           "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
-    back = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch came with again (a V2 run upgraded it)]"
+    back = "TASK [moe_infra.deepep.nccl : Install torch's NCCL wheel again (a V2 run upgraded it, or a stopped pip cut its library short)]"
     interrupted_v2(after_install=True)
     assert wheel_version() == "2.30.7"
     assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
@@ -834,7 +834,7 @@ def test_a_pip_killed_half_way_through_the_nccl_wheel_is_finished_by_the_next_v1
     killed_v2()
     v1 = {"deepep_version": "v1", "deepep_python": python, "nccl_prefix": v2["nccl_prefix"],
           "nccl_pip_extra_args": v2["nccl_pip_extra_args"]}
-    back = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch came with again (a V2 run upgraded it)]"
+    back = "TASK [moe_infra.deepep.nccl : Install torch's NCCL wheel again (a V2 run upgraded it, or a stopped pip cut its library short)]"
     # --check on the half-installed node: each version's nccl layer says what it would install, and nothing changes.
     for variables, task in ((v1, back), (v2, "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch loads, "
                                              "at the pinned version]")):
@@ -925,6 +925,9 @@ def test_a_pip_install_ignore_installed_killed_in_the_nccl_library_is_repaired_b
     flat = re.sub(r"\s+", " ", out)
     assert rc == 0 and said in flat, out
     assert "pip-install nvidia-nccl-cu13==2.28.9 again, the version its metadata names, over its cut-short library" in flat
+    back = ("TASK [moe_infra.deepep.nccl : Install torch's NCCL wheel again (a V2 run upgraded it, or a stopped pip cut "
+            "its library short)]")
+    assert "changed: [localhost]" in task_lines(out, back), out
     assert nccl_wheel_version(python) == "2.28.9" and library.stat().st_size == recorded and not record.exists()
     assert subprocess.run([python, "-c", "import torch"], check=False).returncode == 0
     rc, changed, out = run(node, "-e", json.dumps(v1), "--tags", "nccl")
