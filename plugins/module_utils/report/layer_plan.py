@@ -144,6 +144,9 @@ def plan_nccl(interpreter, deepep_version, method, version):
         if no_pip and not (wheel.get("version") == version and not replaced and not cut):
             return _entry("nccl", "blocked", found, "the interpreter has no pip to install NCCL %s with: add it "
                           "(python -m ensurepip), or set nccl_method: source" % version)
+        if cut and cut["version"] == version:
+            return _entry("nccl", "change", found, "pip-install %s==%s again, over its cut-short library (the version "
+                          "before kept for DeepEP V1)" % (cut["package"], version))
         return _entry("nccl", "change", found, "%spip-install %s==%s where torch loads NCCL (the version before kept "
                       "for DeepEP V1)" % ("put the wheel's own files back, then " if replaced else "",
                                           wheel.get("package") or "the nvidia-nccl wheel", version))

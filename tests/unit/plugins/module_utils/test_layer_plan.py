@@ -95,6 +95,13 @@ def test_nccl_library_cut_short_by_a_pip_install_ignore_installed():
     pinned = dict(half, pip=None, nccl_wheel=dict(half["nccl_wheel"], version="2.30.7", upgraded_from="2.28.9",
                                                   cut_short=dict(cut, version="2.30.7")))
     assert plan_nccl(pinned, "v2", "wheel", "2.30.7")["status"] == "blocked"
+    repair = plan_nccl(dict(pinned, pip="24.0"), "v2", "wheel", "2.30.7")
+    assert repair["status"] == "change" and repair["found"].endswith("finished; torch came with 2.28.9)")
+    assert repair["action"] == ("pip-install nvidia-nccl-cu13==2.30.7 again, over its cut-short library (the version "
+                                "before kept for DeepEP V1)")
+    # Cut short at torch's version, V2 at the pin: the pin's install, as from torch's wheel.
+    assert plan_nccl(half, "v2", "wheel", "2.30.7")["action"] == (
+        "pip-install nvidia-nccl-cu13==2.30.7 where torch loads NCCL (the version before kept for DeepEP V1)")
     source = plan_nccl(half, "v2", "source", "2.30.7")
     assert source["status"] == "blocked" and source["action"] == (
         "the source method would keep the cut-short library as the wheel's to put back for DeepEP V1: set "
