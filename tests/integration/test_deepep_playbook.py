@@ -901,7 +901,8 @@ def test_a_pip_install_ignore_installed_killed_in_the_nccl_library_is_repaired_b
     # `pip install -I` (a user's ignore-installed: no uninstall, no stash, no record) killed with SIGKILL half-way
     # through writing 2.30.7's library over torch's 2.28.9: the metadata still says 2.28.9, importing torch dies of
     # SIGBUS. The library not being the size its RECORD gives says what happened: a V1 run installs 2.28.9 again
-    # over it; after the same once more, a whole V2 site.yml run installs the pin and builds.
+    # over it; after the same once more, a whole V2 site.yml run installs the pin and builds; the pin's library cut
+    # short the same way, V2's nccl layer installs the pin again over it and keeps 2.28.9 to go back to.
     v2, python, wheels = v2_from_the_nccl_wheel(node)
     nccl_dir = node["tmp"] / "pip-site" / "site-packages" / "nvidia" / "nccl"
     record = nccl_dir / ".moe_infra_nccl_wheel.json"
@@ -911,11 +912,11 @@ def test_a_pip_install_ignore_installed_killed_in_the_nccl_library_is_repaired_b
     said = ("torch is missing its own NCCL; nvidia-nccl-cu13 half-installed (a pip changing it was stopped before it finished; "
             "its metadata names 2.28.9)")
 
-    def ignore_installed_killed():
+    def ignore_installed_killed(installed="2.28.9"):
         subprocess.run([killed, "-m", "pip", "install", "-q", "-I", "--no-deps", "--no-index", "--find-links",
                         str(wheels), "nvidia-nccl-cu13==2.30.7"], check=False)
-        assert nccl_wheel_version(python) == "2.28.9" and library.stat().st_size != recorded
-        assert not pip_leftovers(nccl_dir) and not record.exists()
+        assert nccl_wheel_version(python) == installed and library.stat().st_size != recorded
+        assert not pip_leftovers(nccl_dir) and record.exists() == (installed != "2.28.9")
         assert subprocess.run([python, "-c", "import torch"], check=False).returncode == -signal.SIGBUS
 
     ignore_installed_killed()
@@ -938,6 +939,20 @@ def test_a_pip_install_ignore_installed_killed_in_the_nccl_library_is_repaired_b
     assert rc == 0 and said in re.sub(r"\s+", " ", out), out
     assert nccl_wheel_version(python) == "2.30.7" and not pip_leftovers(nccl_dir)
     assert (node["prefix"] / "deepep" / "current").exists()
+    assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
+                                              "version_before": "2.28.9"}
+
+    recorded = library.stat().st_size
+    ignore_installed_killed(installed="2.30.7")
+    rc, changed, out = run(node, "-e", json.dumps(v2), "--tags", "nccl")
+    flat = re.sub(r"\s+", " ", out)
+    assert rc == 0 and said.replace("its metadata names", "torch came with") in flat, out
+    assert ("pip-install nvidia-nccl-cu13==2.30.7 again, over its cut-short library (the version before kept for "
+            "DeepEP V1)") in flat, out
+    assert "changed: [localhost]" in task_lines(out, "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch "
+                                                      "loads, at the pinned version]"), out
+    assert nccl_wheel_version(python) == "2.30.7" and library.stat().st_size == recorded
+    assert subprocess.run([python, "-c", "import torch"], check=False).returncode == 0
     assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
                                               "version_before": "2.28.9"}
 
