@@ -10,7 +10,9 @@
   a style that adds lines without braces, for comparing trees written in flow style (`tags: [a, b]`);
 - the lines of operator messages (`msg`, `fail_msg`, `success_msg`, one line or a folded block) and the brace
   share without them and without the one-item list lines: the two trees compared like for like, whatever their
-  list style and however much their tasks explain to the operator."""
+  list style and however much their tasks explain to the operator;
+- the pass-through lines repeated in their file (the same `option: "{{ variable }}"` seen before in it): the most
+  that a `module_defaults` per file could take away, and the brace share without them."""
 import glob
 import os
 import re
@@ -42,7 +44,8 @@ NAME = re.compile(r"^\s*- name: ")  # a task's name (a module's name option has 
 KEY = re.compile(r"^(\s*)(- )?([A-Za-z_]+):(.*)$")
 MESSAGE_KEYS = ("msg", "fail_msg", "success_msg")
 LIST_ITEM = re.compile(r"^\s+- [A-Za-z0-9_.\"'/ =!-]+$")
-counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0, "list_items": 0, "message": 0, "message_brace": 0}
+counts = {"tasks": 0, "set_fact": 0, "lines": 0, "brace": 0, "list_items": 0, "message": 0, "message_brace": 0,
+          "repeated_plain": 0}
 kinds = {"plain": 0, "one filter": 0, "task name": 0, "expression": 0}
 per_file = {}
 files = sorted(glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml"))
@@ -52,6 +55,7 @@ for path in files:
         text = handle.read()
     walk(yaml.safe_load(text), counts)
     folded = None  # (indent, key) of the folded or literal block the line is in
+    plain_seen = set()
     for line in text.splitlines():
         if line.strip() and not line.strip().startswith("#"):
             counts["lines"] += 1
@@ -75,6 +79,10 @@ for path in files:
                         else "task name" if NAME.match(line) and ": " in line and "{{" in line.split(": ", 1)[1]
                         else "expression")
                 kinds[kind] += 1
+                if kind == "plain":
+                    option = line.strip().lstrip("- ")
+                    counts["repeated_plain"] += option in plain_seen
+                    plain_seen.add(option)
 mentions = {}
 for path in glob.glob(os.path.join(ROOT, "roles", "**", "*.yml"), recursive=True) + glob.glob(
         os.path.join(ROOT, "playbooks", "*.yml")):
@@ -97,5 +105,9 @@ like_lines = counts["lines"] - counts["message"] - counts["list_items"]
 print("operator message lines: %d (%d with braces); brace-Jinja without them and the one-item list lines: "
       "%d of %d = %.1f %%" % (counts["message"], counts["message_brace"], counts["brace"] - counts["message_brace"],
                               like_lines, 100.0 * (counts["brace"] - counts["message_brace"]) / like_lines))
+repeated = counts["repeated_plain"]
+print("pass-through lines repeated in their file: %d; brace-Jinja without them: %d of %d = %.1f %%" % (
+    repeated, counts["brace"] - repeated, counts["lines"] - repeated,
+    100.0 * (counts["brace"] - repeated) / (counts["lines"] - repeated)))
 print("most brace-Jinja lines: %s" % ", ".join(
     "%s %d" % item for item in sorted(per_file.items(), key=lambda item: (-item[1], item[0]))[:10]))
