@@ -949,8 +949,8 @@ def test_a_pip_install_ignore_installed_killed_in_the_nccl_library_is_repaired_b
     assert rc == 0 and said.replace("its metadata names", "torch came with") in flat, out
     assert ("pip-install nvidia-nccl-cu13==2.30.7 again, over its cut-short library (the version before kept for "
             "DeepEP V1)") in flat, out
-    assert "changed: [localhost]" in task_lines(out, "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch "
-                                                      "loads, at the pinned version]"), out
+    pin_task = "TASK [moe_infra.deepep.nccl : Install the NCCL wheel torch loads, at the pinned version]"
+    assert "changed: [localhost]" in task_lines(out, pin_task), out
     assert nccl_wheel_version(python) == "2.30.7" and library.stat().st_size == recorded
     assert subprocess.run([python, "-c", "import torch"], check=False).returncode == 0
     assert json.loads(record.read_text()) == {"package": "nvidia-nccl-cu13", "version": "2.30.7",
