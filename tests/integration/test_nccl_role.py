@@ -18,7 +18,7 @@ import zipfile
 import pytest
 
 from ansible_collections.moe_infra.deepep.tests.fixtures.fanout_report import fanout_roles
-from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site, nccl_wheel
+from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import make_python_site, make_venv, nccl_wheel
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -104,7 +104,7 @@ def test_wheel_method_offline_then_a_source_build_undone_by_going_back_to_the_wh
     nccl_wheel(wheels, (2, 28, 9))
     nccl_wheel(wheels, (2, 30, 7))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    make_venv(venv)
     (venv / "bin" / "pip").unlink()  # pip3 and pip3.X only, as the GPU test machine's venv
     python = str(venv / "bin" / "python")
     offline = "--no-index --find-links %s" % wheels

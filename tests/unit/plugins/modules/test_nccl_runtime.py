@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 
 import pytest
 
@@ -16,6 +15,7 @@ from ansible_collections.moe_infra.deepep.tests.fixtures.python_site import (
     killed_pip_interpreter,
     make_pip_site,
     make_python_site,
+    make_venv,
     nccl_wheel,
 )
 
@@ -423,7 +423,7 @@ def test_only_a_package_and_a_version_reach_pip(run_module, site, tmp_path):
                                              reinstall_wheel=True))
     assert failed and "the wheel upgrade record names no package and version to install again" in result["msg"]
     # The interpreter's own pip only: a venv made without pip is named, not another pip used.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    make_venv(tmp_path / "bare", with_pip=False)
     bare = make_python_site(tmp_path / "bare-site", interpreter=str(tmp_path / "bare" / "bin" / "python"))
     result, failed = run_module(module, dict(args, python=bare, version="2.30.7"))
     assert failed and result["msg"] == ("nccl: %s has no pip, which nccl_method wheel runs (python -m pip) to install "
