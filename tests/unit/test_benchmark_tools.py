@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """The build benchmarks' result tools (scripts/build_benchmark_compare.py, scripts/cpu_samples_phases.py and the
-phase/sample helpers of scripts/gpu-bench-common), on a committed run's results folder as the fixture: what they
-print and write must be what that run committed."""
+phase/sample helpers of scripts/gpu-bench-common; scripts/qemu_cpu_share.py for CI runs), on a committed run's
+results as the fixture: what they print and write must be what that run committed."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN2 = os.path.join(REPO, "docs", "results", "build-v2-both-orders-h200x2", "run2")
@@ -82,3 +83,34 @@ def test_the_benchmark_helpers_record_each_phase_and_sample_the_cpus_until_exit(
     assert len(samples) >= 2 and all(" cpu " in line and " mhz " in line for line in samples)
     proc = script("cpu_samples_phases.py", str(tmp_path))
     assert proc.returncode == 0 and proc.stdout.startswith("a-step"), proc.stdout + proc.stderr
+
+
+def test_the_qemu_share_of_the_committed_ci_run_is_what_its_readme_says():
+    # docs/results/ci-clean-clone/README.md (the run of 95bbf64) quotes these two lines.
+    proc = script("qemu_cpu_share.py", "summary", os.path.join(REPO, "docs", "results", "ci-clean-clone",
+                                                               "qemu-cpu-95bbf64.log"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("qemu 10141: 1406 CPU-s in the 1785 s it was seen (0.79 of a core)\n"
+                           "qemu 18863: 309 CPU-s in the 541 s it was seen (0.57 of a core)\n")
+
+
+def test_qemu_cpu_share_samples_in_the_format_its_summary_reads(tmp_path):
+    # A stand-in QEMU: Python, started with the emulator's name as its argv[0] (what /proc/PID/cmdline shows).
+    busy = subprocess.Popen(["qemu-system-x86_64", "-c", "import time\nend = time.time() + 1\n"
+                             "while time.time() < end: pass\ntime.sleep(30)"], executable=sys.executable)
+    log = tmp_path / "samples.log"
+    sampler = subprocess.Popen([sys.executable, os.path.join(REPO, "scripts", "qemu_cpu_share.py"), "sample",
+                                str(log)])
+    try:
+        deadline = time.time() + 10
+        while not log.exists() and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        sampler.kill()
+        busy.kill()
+        sampler.wait()
+        busy.wait()
+    line = log.read_text()
+    assert line.split()[1] == "cpu" and (" | %d:" % busy.pid) in line, line
+    proc = script("qemu_cpu_share.py", "summary", str(log))
+    assert proc.returncode == 0 and proc.stdout.startswith("qemu %d: " % busy.pid), proc
