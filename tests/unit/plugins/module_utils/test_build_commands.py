@@ -59,9 +59,9 @@ def test_gdrcopy_library_only_by_default(tmp_path):
 
 def test_gdrcopy_driver_source_arrives_as_data(tmp_path):
     pwned, value = hostile(tmp_path)
-    calls = run(gdrcopy_commands(jobs=2, kernel_module=True, nvidia_src="/usr/src/nvidia" + value)["build"],
+    calls = run(gdrcopy_commands(jobs=2, kernel_module=True, nvidia_src="/usr/src/nvidia" + value + "/nvidia")["build"],
                 tmp_path, ["make"])
-    assert calls[0][-1] == "NVIDIA_SRC_DIR=/usr/src/nvidia" + value
+    assert calls[0][-1] == "NVIDIA_SRC_DIR=/usr/src/nvidia" + value + "/nvidia"
     assert calls[0][3:6] == ["lib", "lib_install", "driver"]
     assert not pwned.exists()
 
