@@ -60,4 +60,4 @@ def test_gdrdrv_is_given_the_directory_that_holds_nv_p2p_h(tmp_path, given):
     refused = re.search(r'"msg": "refused: (.*); NVIDIA_SRC_DIR=(.*)"', out)
     assert result.returncode == 0 and refused and refused.group(1).startswith("gdrcopy_kernel_module=true but:"), out
     assert "KF10" not in refused.group(1) and refused.group(2) == str(source / "nvidia"), out
-    assert "driver drv_install NVIDIA_SRC_DIR=%s\"" % (source / "nvidia") in out, out
+    assert "lib_install driver NVIDIA_SRC_DIR=%s && install" % (source / "nvidia") in out, out

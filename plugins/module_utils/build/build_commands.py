@@ -23,14 +23,20 @@ def _jobs(jobs):
 
 def gdrcopy_commands(jobs=0, kernel_module=False, nvidia_src=""):
     """{build, verify} for GDRCopy: the library only (`make lib lib_install`, never `all`: KF10, KF13, KF35);
-    with kernel_module also gdrdrv (`driver drv_install`) against the NVIDIA driver source. nvidia_src is gdrcopy's
-    NVIDIA_SRC_DIR: the directory holding nv-p2p.h (<driver source>/nvidia), which gdrdrv compiles with -I."""
+    with kernel_module also gdrdrv (`driver`) against the NVIDIA driver source, its gdrdrv.ko kept in the build as
+    kernel/gdrdrv.ko. Not `drv_install`: that writes the kernel's module tree and runs depmod, which the role does
+    as root from the verified build (the build runs as the build user). nvidia_src is gdrcopy's NVIDIA_SRC_DIR: the
+    directory holding nv-p2p.h (<driver source>/nvidia), which gdrdrv compiles with -I."""
     build = 'make -j%s prefix="$INSTALL_DIR" lib lib_install' % _jobs(jobs)
+    verify = 'test -e "$INSTALL_DIR/lib/libgdrapi.so" && test -f "$INSTALL_DIR/include/gdrapi.h"'
     if kernel_module:
         if not nvidia_src:
             raise CommandError("kernel_module needs the NVIDIA driver source directory (nvidia_src: the one holding nv-p2p.h)")
-        build += " driver drv_install NVIDIA_SRC_DIR=%s" % shlex.quote(nvidia_src)
-    verify = 'test -e "$INSTALL_DIR/lib/libgdrapi.so" && test -f "$INSTALL_DIR/include/gdrapi.h"'
+        build += (' driver NVIDIA_SRC_DIR=%s && install -D -m 0644 src/gdrdrv/gdrdrv.ko "$INSTALL_DIR/kernel/gdrdrv.ko"'
+                  % shlex.quote(nvidia_src))
+        # A regular file, not reached through a link: root installs it into the kernel's module tree.
+        verify += (' && test ! -L "$INSTALL_DIR/kernel" && test ! -L "$INSTALL_DIR/kernel/gdrdrv.ko"'
+                   ' && test -f "$INSTALL_DIR/kernel/gdrdrv.ko"')
     return dict(build=build, verify=verify)
 
 

@@ -60,10 +60,40 @@ def test_gdrcopy_library_only_by_default(tmp_path):
 def test_gdrcopy_driver_source_arrives_as_data(tmp_path):
     pwned, value = hostile(tmp_path)
     calls = run(gdrcopy_commands(jobs=2, kernel_module=True, nvidia_src="/usr/src/nvidia" + value + "/nvidia")["build"],
-                tmp_path, ["make"])
-    assert calls[0][-1] == "NVIDIA_SRC_DIR=/usr/src/nvidia" + value + "/nvidia"
-    assert calls[0][3:6] == ["lib", "lib_install", "driver"]
+                tmp_path, ["make", "install"])
+    assert calls[0][1:] == ["-j2", "prefix=%s" % (tmp_path / "install"), "lib", "lib_install", "driver",
+                            "NVIDIA_SRC_DIR=/usr/src/nvidia" + value + "/nvidia"]
+    # The build user keeps gdrdrv.ko in the build; writing the kernel's module tree (drv_install) is root's.
+    assert calls[1][1:] == ["-D", "-m", "0644", "src/gdrdrv/gdrdrv.ko", str(tmp_path / "install" / "kernel" / "gdrdrv.ko")]
+    assert "drv_install" not in gdrcopy_commands(kernel_module=True, nvidia_src="/usr/src/nvidia-1/nvidia")["build"]
     assert not pwned.exists()
+
+
+@pytest.mark.parametrize("layout, passes", [("file", True), ("linked file", False), ("linked directory", False),
+                                            ("missing", False)])
+def test_gdrcopy_verify_wants_gdrdrv_ko_as_a_regular_file_in_the_build(tmp_path, layout, passes):
+    # Root copies kernel/gdrdrv.ko into the kernel's module tree: a link the build planted would make it copy
+    # (and load) whatever the link names.
+    install = tmp_path / "install"
+    (install / "lib").mkdir(parents=True)
+    (install / "include").mkdir()
+    (install / "lib" / "libgdrapi.so").write_text("")
+    (install / "include" / "gdrapi.h").write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "gdrdrv.ko").write_text("")
+    if layout == "file":
+        (install / "kernel").mkdir()
+        (install / "kernel" / "gdrdrv.ko").write_text("")
+    elif layout == "linked file":
+        (install / "kernel").mkdir()
+        (install / "kernel" / "gdrdrv.ko").symlink_to(elsewhere / "gdrdrv.ko")
+    elif layout == "linked directory":
+        (install / "kernel").symlink_to(elsewhere)
+    verify = gdrcopy_commands(kernel_module=True, nvidia_src="/usr/src/nvidia-1/nvidia")["verify"]
+    result = subprocess.run(["bash", "-c", verify], env={"PATH": "/usr/bin:/bin", "INSTALL_DIR": str(install)},
+                            check=False)
+    assert (result.returncode == 0) == passes
 
 
 def test_deepep_interpreter_path_arrives_as_data(tmp_path):
