@@ -165,13 +165,45 @@ def deepep_torch_pin(torch_version, index_url="", pip_extra_args=""):
 SYSTEM_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 
 
+def nvshmem_source_tool_problems(compute_caps, found, cuda_home="", build_path=None, rdma_include_dir=""):
+    """What stops a source build on this node before it starts, one sentence each naming what to install or set:
+    no arch list, no nvcc, no cmake, no rdma-core mlx5 header (cmake would turn IBGDA off without a word, KF11)."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    found = dict((name, boolean(found.get(name, False), strict=False)) for name in ("nvcc", "cmake", "mlx5dv_header"))
+    problems = []
+    if not compute_caps:
+        problems.append("No GPU architecture to build for: the node's reading has no GPUs (the preflight role reads "
+                        "them; playbooks/deepep.yml runs it) and nvshmem_ibgda_arch_list is empty; set it, e.g. "
+                        "['9.0'].")
+    if not found["nvcc"]:
+        problems.append("No nvcc under %s or on PATH; install the CUDA toolkit (cuda role) or set "
+                        "nvshmem_ibgda_cuda_home." % cuda_home)
+    if not found["cmake"]:
+        problems.append("cmake (>= 3.19) not found on PATH%s: install it (apt-get install cmake, or pip install cmake "
+                        "into a venv and add its bin to nvshmem_ibgda_build_path)."
+                        % (" or in " + ", ".join(build_path) if build_path else ""))
+    if not found["mlx5dv_header"]:
+        problems.append("[KF11] %s/infiniband/mlx5dv.h not found: NVSHMEM's IBGDA transport needs rdma-core's "
+                        "headers. Install libibverbs-dev and librdmacm-dev (or DOCA-OFED), set "
+                        "nvshmem_ibgda_rdma_include_dir, or use nvshmem_ibgda_method: wheel." % rdma_include_dir)
+    return problems
+
+
 def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cmake_options=None, jobs=0,
-                        patch_dir="", cuda=None, cuda_home="", build_path=None):
+                        patch_dir="", cuda=None, cuda_home="", build_path=None, found=None, rdma_include_dir=""):
     from ansible_collections.moe_infra.deepep.plugins.module_utils.build import nvshmem
 
     if cuda is not None and not isinstance(cuda, Mapping):
         raise AnsibleFilterError("_nvshmem_source_plan: cuda: expected the CUDA toolkit's reading (dict), got %r"
                                  % (cuda,))
+    if found is not None:
+        if not isinstance(found, Mapping):
+            raise AnsibleFilterError("_nvshmem_source_plan: found: expected {nvcc, cmake, mlx5dv_header} (dict), got %r"
+                                     % (found,))
+        problems = nvshmem_source_tool_problems(compute_caps, found, cuda_home, build_path, rdma_include_dir)
+        if problems:
+            return {"problems": problems}
     try:
         plan = nvshmem.build_plan(source, compute_caps, version, gdrcopy_root, cmake_options, jobs)
     except nvshmem.PlanError as exc:
@@ -186,6 +218,7 @@ def nvshmem_source_plan(source, compute_caps, version=None, gdrcopy_root="", cma
     plan["patches"] = [dict(patch, label="%s (%s: %s)" % (patch["name"], patch["id"], patch["why"]),
                             **({"path": "%s/%s" % (patch_dir.rstrip("/"), patch["name"])} if patch_dir else {}))
                        for patch in plan["patches"]]
+    plan["problems"] = []
     return plan
 
 

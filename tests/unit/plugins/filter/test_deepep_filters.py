@@ -81,6 +81,30 @@ def test_nvshmem_source_plan_gives_the_builds_environment_and_inputs():
         F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], cuda="12.9")
 
 
+def test_nvshmem_source_plan_names_every_missing_tool_before_planning():
+    """The role's one check: what the node lacks for the build, all at once, each naming what to install or set; the
+    plan is not made then (a source of unknown version would fail it: the tools' problems come first)."""
+    none = {"nvcc": False, "cmake": "False", "mlx5dv_header": False}  # a template may hand a boolean as a string
+    blocked = F["_nvshmem_source_plan"]("main", [], found=none, cuda_home="/usr/local/cuda",
+                                        build_path=["/opt/cmake/bin"], rdma_include_dir="/opt/rdma/include")
+    assert blocked == {"problems": [
+        "No GPU architecture to build for: the node's reading has no GPUs (the preflight role reads them; "
+        "playbooks/deepep.yml runs it) and nvshmem_ibgda_arch_list is empty; set it, e.g. ['9.0'].",
+        "No nvcc under /usr/local/cuda or on PATH; install the CUDA toolkit (cuda role) or set nvshmem_ibgda_cuda_home.",
+        "cmake (>= 3.19) not found on PATH or in /opt/cmake/bin: install it (apt-get install cmake, or pip install "
+        "cmake into a venv and add its bin to nvshmem_ibgda_build_path).",
+        "[KF11] /opt/rdma/include/infiniband/mlx5dv.h not found: NVSHMEM's IBGDA transport needs rdma-core's headers. "
+        "Install libibverbs-dev and librdmacm-dev (or DOCA-OFED), set nvshmem_ibgda_rdma_include_dir, or use "
+        "nvshmem_ibgda_method: wheel."]}
+    only_header = F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], found=dict(none, nvcc=True, cmake="True"),
+                                            rdma_include_dir="/usr/include")
+    assert [p.split(" ", 1)[0] for p in only_header["problems"]] == ["[KF11]"] and "version" not in only_header
+    plan = F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], found={"nvcc": True, "cmake": True, "mlx5dv_header": True})
+    assert plan["version"] == "3.4.5" and plan["problems"] == []
+    with pytest.raises(AnsibleFilterError, match="found: expected"):
+        F["_nvshmem_source_plan"]("v3.4.5-0", ["9.0"], found=True)
+
+
 def test_nvshmem_source_plan_names_the_patch_files_on_the_controller():
     """The role's files/patches: the build's module call reads them there (controller_patches); each says why."""
     patch_dir = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "nvshmem_ibgda", "files",
