@@ -163,6 +163,21 @@ options:
           take the C(nccl) role's defaults.
         type: dict
         default: {}
+  prerequisites:
+    description:
+      - Also read which of the build prerequisites are there (the packages the C(build_prerequisites) role
+        installs, gcc, g++, make, cmake, git, libibverbs-dev, python3-venv and python3-dev), as that role's own
+        query finds them, and return them under C(prerequisites). A need met by a command counts when the command
+        is on O(prerequisites.build_path) or C(PATH), the others when dpkg has the package installed (one
+        C(dpkg-query) for all of them; none without dpkg). With it, that role runs no query of its own in a run
+        whose reading has them. Unset, none is read.
+    type: dict
+    suboptions:
+      build_path:
+        description: Directories looked in before C(PATH) (C(nvshmem_ibgda_build_path), a pip-installed cmake's C(bin)).
+        type: list
+        elements: path
+        default: []
   gather_subset:
     description:
       - What to read. V(all) reads everything and returns it as C(ansible_facts.deepep), with the layer plan and
@@ -172,7 +187,7 @@ options:
         settings; C(compiler), gcc) with the other options, and returns them under RV(deepep), not as facts, so a
         layer reading its own trees (its C(cuda_home), another C(sysfs_root)) or reading again after a change of
         its own leaves the node's reading as it is. Such a reading takes none of O(hca_mapping), O(cuda_version),
-        O(preflight_checks), O(interpreter) and O(builds) (they need the whole node).
+        O(preflight_checks), O(interpreter), O(builds) and O(prerequisites) (they need the whole node).
     type: list
     elements: str
     choices: [all, gpu, rdma, topology, cuda, driver_params, compiler]
@@ -253,6 +268,8 @@ ansible_facts:
           C(reports), with O(builds.report_dir), each JSON report there by path (null when it is not a JSON object);
           C(jit_cache), with O(builds.jit_cache), the cache's C(dir), C(exists), C(kernels), C(corrupted), C(bytes),
           C(tmp_entries), C(mode) and C(gid).
+        - C(prerequisites), with O(prerequisites), C(build_path) and C(present), the names of the packages found
+          there (sorted); absent otherwise.
         - C(read_at), when it was read (nanoseconds since the epoch), so that a reading kept from an earlier one is told
           apart by it.
       type: dict
@@ -279,6 +296,7 @@ from ansible_collections.moe_infra.deepep.plugins.module_utils.report.layer_plan
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.node_info import NODE_OPTIONS, NODE_PARTS, read_node
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.topology import apply_manual_mapping
 from ansible_collections.moe_infra.deepep.plugins.module_utils.node.torch_probe import read_stack
+from ansible_collections.moe_infra.deepep.plugins.module_utils.system.prerequisites import packages_present
 
 INTERPRETER_OPTIONS = dict(python=dict(type="path", required=True),
                            pythonpath=dict(type="list", elements="path", default=[]),
@@ -290,17 +308,21 @@ BUILDS_OPTIONS = dict(root=dict(type="path", required=True), read_files=dict(typ
                       directories=dict(type="list", elements="path", default=[]), report_dir=dict(type="path"),
                       jit_cache=dict(type="path"))
 
+PREREQUISITES_OPTIONS = dict(build_path=dict(type="list", elements="path", default=[]))
+
 NCCL_OPTIONS = dict(deepep_version=dict(type="str", required=True, choices=["v1", "v2"]),
                     settings=dict(type="dict", default={}))
 
 # What only a whole reading (gather_subset all) takes: they need every part.
-WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds", "nccl")
+WHOLE_NODE_OPTIONS = ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds", "nccl",
+                      "prerequisites")
 
 READ_OPTIONS = dict(NODE_OPTIONS, hca_mapping=dict(type="raw", default=""), cuda_version=dict(type="str", default=""),
                     preflight_checks=dict(type="dict", options=PREFLIGHT_OPTIONS),
                     interpreter=dict(type="dict", options=INTERPRETER_OPTIONS),
                     builds=dict(type="dict", options=BUILDS_OPTIONS),
-                    nccl=dict(type="dict", options=NCCL_OPTIONS))
+                    nccl=dict(type="dict", options=NCCL_OPTIONS),
+                    prerequisites=dict(type="dict", options=PREREQUISITES_OPTIONS))
 
 
 def main():
@@ -363,6 +385,10 @@ def main():
         node["builds"] = read_builds(builds["root"], builds["read_files"] or [], builds["build_user"] or "",
                                      builds["digests"] or [], builds["directories"] or [], builds["report_dir"],
                                      builds["jit_cache"])
+    if p["prerequisites"] is not None:
+        build_path = list(p["prerequisites"].get("build_path") or [])
+        p["prerequisites"] = dict(build_path=build_path)
+        node["prerequisites"] = dict(build_path=build_path, present=packages_present(module, build_path))
     node["read_from"] = p
     node["read_at"] = time.time_ns()
     module.exit_json(changed=False, ansible_facts=dict(deepep=node))

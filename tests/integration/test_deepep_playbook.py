@@ -163,6 +163,22 @@ def test_build_env_script_tests_then_nothing_to_do(node):
     # test_site_runs_every_layer_in_order_then_nothing_to_do.
 
 
+def test_the_build_prerequisites_are_taken_from_preflights_reading(node):
+    """With deepep_install_prerequisites (every node's default), the build_prerequisites role takes what preflight's
+    reading found (deepep_facts' prerequisites) and runs no query of its own; what the build layers need here (gcc,
+    g++, make: the sources are archives, the interpreter is given) is on this test machine, so nothing is installed.
+    Looked for on another build path than preflight's, the role queries the node itself."""
+    rc, changed, out = run(node, "--skip-tags", "deepep_verify", "-e", '{"deepep_install_prerequisites": true}')
+    assert rc == 0, out
+    assert task_lines(out, "build_prerequisites : Find which of them are missing]").startswith("skipping"), out
+    assert task_lines(out, "build_prerequisites : Install what is missing]").startswith("skipping"), out
+    rc, changed, out = run(node, "--skip-tags", "deepep_verify", "-e", json.dumps(
+        {"deepep_install_prerequisites": True, "build_prerequisites_path": [str(node["tmp"] / "cmake-bin")]}))
+    assert rc == 0 and changed == 0, out
+    assert task_lines(out, "build_prerequisites : Find which of them are missing]").startswith("ok"), out
+    assert task_lines(out, "build_prerequisites : Install what is missing]").startswith("skipping"), out
+
+
 def test_check_mode_on_a_fresh_node_predicts_and_writes_nothing(node):
     # A build user that is not there yet: --check predicts its creation and creates nothing.
     user = "moe-check-%d" % os.getpid()

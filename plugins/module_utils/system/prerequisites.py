@@ -7,6 +7,9 @@ has none of them. Each need is named with the layer that has it, and resolved to
 
 from __future__ import annotations
 
+import os
+import shutil
+
 # Debian and Ubuntu package per need. cmake: NVSHMEM needs >= 3.19; Ubuntu 22.04 ships 3.22, 24.04 3.28,
 # Debian 12 3.25. libibverbs-dev: apt keeps DOCA-OFED's build of it where DOCA is installed.
 DEBIAN_PACKAGES = {
@@ -61,3 +64,28 @@ def prerequisite_packages(layers, os_family):
     return {"needs": rows, "packages": sorted(set(row["package"] for row in rows)), "problem": None,
             # package:command pairs for the presence check (the command may be empty).
             "checks": ["%s:%s" % (row["package"], row["command"]) for row in rows]}
+
+
+def packages_present(module, build_path):
+    """The packages of DEBIAN_PACKAGES that are there, as the build_prerequisites role's query finds them: a need met
+    by a command found on build_path, then PATH (wherever it came from: cmake from pip), the others by dpkg's status,
+    all of those in one dpkg-query (none without dpkg). The role takes this reading (deepep_facts' prerequisites)
+    instead of running its query again."""
+    search = os.pathsep.join(list(build_path) + [os.environ.get("PATH", "")])
+    present, by_status = set(), []
+    for need in sorted(DEBIAN_PACKAGES):
+        package, command = DEBIAN_PACKAGES[need], COMMANDS.get(need, "")
+        if command and shutil.which(command, path=search):
+            present.add(package)
+        else:
+            by_status.append(package)
+    dpkg_query = module.get_bin_path("dpkg-query") if by_status else None
+    if dpkg_query:
+        # rc 1 when one of them is unknown to dpkg: the others are still listed.
+        dummy, out, dummy = module.run_command([dpkg_query, "--show", "--showformat=${Package} ${Status}\\n"]
+                                               + by_status, environ_update={"LC_ALL": "C"})
+        for line in out.splitlines():
+            package, dummy, status = line.partition(" ")
+            if package in by_status and status.endswith(" installed"):
+                present.add(package)
+    return sorted(present)

@@ -38,7 +38,7 @@ def test_facts_are_the_node_reading_with_the_plan_and_where_it_was_read(run_modu
         "include_dirs": [str(tmp_path / "include")], "cuda_home": "/usr/local/cuda", "nvidia_smi": "nvidia-smi",
         "hca_include": [], "hca_exclude": [], "link_layer": "auto", "registry_dwords": {}, "module_params": {},
         "hca_mapping": "", "cuda_version": "13.0", "preflight_checks": None, "interpreter": None, "builds": None,
-        "nccl": None}
+        "nccl": None, "prerequisites": None}
     assert "checks" not in facts and "interpreter" not in facts and "builds" not in facts  # only when asked for
 
 
@@ -296,7 +296,8 @@ def test_a_subset_is_read_alone_and_returned_not_as_facts(run_module, tmp_path):
     assert part["deepep"]["gpu"]["gpu_count"] == 8
     assert part["deepep"]["read_from"] == dict(
         (name, value) for name, value in facts["read_from"].items()
-        if name not in ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds", "nccl"))
+        if name not in ("hca_mapping", "cuda_version", "preflight_checks", "interpreter", "builds", "nccl",
+                        "prerequisites"))
 
 
 def test_a_subset_refuses_what_needs_the_whole_node(run_module, tmp_path):
@@ -367,3 +368,34 @@ def test_the_nccl_layer_is_planned_on_the_interpreters_reading(run_module, tmp_p
     assert failed and refused["msg"] == "nccl: nccl_method 'git' is not accepted; accepted: wheel, source, none"
     plain, failed = gather(run_module, tmp_path)
     assert not failed and "nccl" not in [entry["layer"] for entry in plain["ansible_facts"]["deepep"]["layers"]]
+
+
+def test_the_build_prerequisites_are_read_as_their_role_queries_them(run_module, tmp_path, monkeypatch):
+    """A need met by a command counts wherever the command is (the build path first: cmake from pip), the others by
+    dpkg's status, in one dpkg-query (a fixture printing what dpkg-query prints, an unknown package on stderr)."""
+    machines.h200_no_nics(tmp_path / "sys")
+    bin_dir, build_path = tmp_path / "bin", tmp_path / "cmake-venv" / "bin"
+    for directory, command in ((build_path, "cmake"), (bin_dir, "gcc"), (bin_dir, "make")):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / command).write_text("#!/bin/sh\n")
+        (directory / command).chmod(0o755)
+    (bin_dir / "dpkg-query").write_text(
+        "#!/bin/sh\nprintf '%%s\\n' \"$@\" > %s\n"
+        "printf 'g++ deinstall ok config-files\\nlibibverbs-dev install ok installed\\npython3-dev install ok installed\\n'\n"
+        "echo 'dpkg-query: no packages found matching python3-venv' >&2\nexit 1\n" % (tmp_path / "dpkg-query.args"))
+    (bin_dir / "dpkg-query").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))  # nothing of this machine's own
+    result, failed = gather(run_module, tmp_path, sysfs_root=str(tmp_path / "sys"),
+                            prerequisites={"build_path": [str(build_path)]})
+    assert not failed, result
+    facts = result["ansible_facts"]["deepep"]
+    # g++ removed (its config files left), git and python3-venv not there: missing; the rest present.
+    assert facts["prerequisites"] == {"build_path": [str(build_path)],
+                                      "present": ["cmake", "gcc", "libibverbs-dev", "make", "python3-dev"]}
+    assert facts["read_from"]["prerequisites"] == {"build_path": [str(build_path)]}
+    # dpkg-query was asked once, for the packages no command stood for.
+    assert (tmp_path / "dpkg-query.args").read_text().splitlines() == [
+        "--show", "--showformat=${Package} ${Status}\\n", "g++", "git", "python3-dev", "python3-venv", "libibverbs-dev"]
+    # Without the option, nothing is read.
+    result, failed = gather(run_module, tmp_path, sysfs_root=str(tmp_path / "sys"))
+    assert not failed and "prerequisites" not in result["ansible_facts"]["deepep"], result
